@@ -1,0 +1,5 @@
+"""`python -m backthink` runs the command line."""
+
+from backthink.cli import main
+
+main()

@@ -1,0 +1,95 @@
+"""Wiring: settings -> stores, state provider, model client, thinker."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from backthink.config import Settings
+from backthink.errors import ConfigError, ModelNotConfigured
+from backthink.model_client import OpenAIModelClient
+from backthink.prompts import PromptBook
+from backthink.round import Thinker
+from backthink.state import FileStateProvider
+from backthink.store import SqlMessageStore, SqlRoundStore, open_store
+
+
+class SystemClock:
+    """The wall clock, in UTC."""
+
+    def now(self) -> datetime:
+        """Return the current instant."""
+        return datetime.now(UTC)
+
+
+MODEL_MISSING_HINT = (
+    "no model endpoint configured: set model.base_url in the config file "
+    "or BACKTHINK_MODEL__BASE_URL (and model.api_key or OPENAI_API_KEY)"
+)
+
+
+def read_persona_prompt(settings: Settings) -> str:
+    """Read the persona system prompt; no file configured means a one-line default.
+
+    Raises:
+        ConfigError: the configured file cannot be read.
+    """
+    path = settings.persona.prompt_file
+    if path is None:
+        name = settings.persona.name or settings.persona.id
+        return f"You are {name}, a warm AI companion." if settings.prompt.language == "en" else (
+            f"你是{name}，一位温暖的 AI 伙伴。"
+        )
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"persona.prompt_file: cannot read {path}: {exc.strerror}") from None
+
+
+@dataclass
+class App:
+    """Everything one process needs to run rounds."""
+
+    settings: Settings
+    engine: AsyncEngine
+    messages: SqlMessageStore
+    rounds: SqlRoundStore
+    model: OpenAIModelClient | None
+    thinker: Thinker
+    clock: SystemClock
+
+
+@asynccontextmanager
+async def open_app(settings: Settings) -> AsyncIterator[App]:
+    """Open the database (migrating it), build the model client and the thinker."""
+    prompts = PromptBook.load(settings.prompt.dir, settings.prompt.language)
+    persona_prompt = read_persona_prompt(settings)
+    engine, messages, rounds = await open_store(settings.database.url)
+    model: OpenAIModelClient | None
+    try:
+        model = OpenAIModelClient(settings.model)
+    except ModelNotConfigured:
+        model = None
+    clock = SystemClock()
+    thinker = Thinker(
+        settings,
+        messages=messages,
+        rounds=rounds,
+        state=FileStateProvider(settings.state.file, settings.state.max_age),
+        model=model,
+        clock=clock,
+        prompts=prompts,
+        persona_prompt=persona_prompt,
+        model_missing_hint=MODEL_MISSING_HINT,
+    )
+    try:
+        yield App(settings, engine, messages, rounds, model, thinker, clock)
+    finally:
+        if model is not None:
+            await model.close()
+        await engine.dispose()

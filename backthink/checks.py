@@ -1,0 +1,55 @@
+"""`backthink check`: validate what a round needs before the daemon meets it."""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import make_url
+
+from backthink.app import MODEL_MISSING_HINT, read_persona_prompt
+from backthink.config import Settings
+from backthink.errors import BackthinkError, ModelNotConfigured
+from backthink.model_client import OpenAIModelClient
+from backthink.prompts import PromptBook
+from backthink.store import open_store
+
+
+class CheckFailed(BackthinkError):
+    """A check found a problem; the message names it."""
+
+
+async def run_checks(settings: Settings) -> list[str]:
+    """Run every check in order and return one line per check that passed.
+
+    Raises:
+        CheckFailed: the first problem, as one line naming what is wrong.
+    """
+    lines: list[str] = []
+    try:
+        PromptBook.load(settings.prompt.dir, settings.prompt.language)
+        read_persona_prompt(settings)
+    except BackthinkError as exc:
+        raise CheckFailed(f"prompts: {exc}") from None
+    lines.append(f"prompts: {settings.prompt.dir} ({settings.prompt.language})")
+
+    safe_url = make_url(settings.database.url).render_as_string(hide_password=True)
+    try:
+        engine, messages, _ = await open_store(settings.database.url)
+        try:
+            await messages.recent(settings.owner.id, 1)
+        finally:
+            await engine.dispose()
+    except BackthinkError as exc:
+        raise CheckFailed(f"database {safe_url}: {exc}") from None
+    lines.append(f"database: {safe_url}")
+
+    try:
+        client = OpenAIModelClient(settings.model)
+    except ModelNotConfigured:
+        raise CheckFailed(f"model: {MODEL_MISSING_HINT}") from None
+    try:
+        detail = await client.probe()
+    except BackthinkError as exc:
+        raise CheckFailed(f"model: {exc}") from None
+    finally:
+        await client.close()
+    lines.append(f"model: {settings.model.name} at {settings.model.base_url} ({detail})")
+    return lines

@@ -1,0 +1,297 @@
+"""The `backthink` command line: parses arguments, calls services, prints results."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from backthink import logs
+from backthink.config import Settings, load_settings, resolve_config_path
+from backthink.errors import BackthinkError, InputError
+from backthink.models import RoundRecord
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    name="backthink",
+    help="A proactive-companion daemon: heartbeat rounds, a push gate, one channel.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+messages_app = typer.Typer(help="Add or import main-session messages.", no_args_is_help=True)
+app.add_typer(messages_app, name="messages")
+
+
+@dataclass
+class Context:
+    """Options shared by every command."""
+
+    config: Path | None
+    owner: str | None
+    debug: bool
+
+    def settings(self) -> Settings:
+        """Load the configuration (raises ConfigError with one clear line)."""
+        return load_settings(self.config)
+
+    def owner_id(self, settings: Settings) -> str:
+        """The owner this command acts for."""
+        return self.owner or settings.owner.id
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+@app.callback()
+def main_options(
+    ctx: typer.Context,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="Config file (default: $BACKTHINK_CONFIG or config/backthink.toml)."),
+    ] = None,
+    owner: Annotated[str | None, typer.Option("--owner", help="Owner id (default: owner.id).")] = None,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.")] = False,
+) -> None:
+    """backthink: gives an AI companion a life between conversations."""
+    ctx.obj = Context(config=config, owner=owner, debug=debug)
+    logs.configure(stream=sys.stderr, debug=debug)
+
+
+@app.command()
+def run(ctx: typer.Context) -> None:
+    """Run the daemon: startup greeting, heartbeats, cron triggers, delivery."""
+    from backthink.daemon import run_daemon
+
+    c: Context = ctx.obj
+    settings = c.settings()
+    logs.configure(stream=sys.stdout, debug=c.debug)
+    raise typer.Exit(_run(run_daemon(settings, owner_id=c.owner_id(settings))))
+
+
+@app.command()
+def think(
+    ctx: typer.Context,
+    trigger: Annotated[str, typer.Option("--trigger", help="heartbeat, startup, cron or free text.")] = "heartbeat",
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the exact request; call nothing.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Run one round now and record it."""
+    from backthink.app import open_app
+
+    c: Context = ctx.obj
+    settings = c.settings()
+    owner_id = c.owner_id(settings)
+
+    async def go() -> RoundRecord | list[Any]:
+        async with open_app(settings) as a:
+            if dry_run:
+                request = await a.thinker.prepare(owner_id, trigger, at=a.clock.now())
+                return [m.model_dump(exclude_none=True) for m in request.messages]
+            return await a.thinker.run_round(owner_id, trigger)
+
+    result = _run(go())
+    if isinstance(result, list):
+        if as_json:
+            _print_json({"trigger": trigger, "messages": result})
+        else:
+            for i, m in enumerate(result, start=1):
+                typer.echo(f"--- {i} {m['role']} ---")
+                typer.echo(m["text"])
+                if "image" in m:
+                    typer.echo(f"[image: {m['image']}]")
+        return
+    record = result
+    if as_json:
+        summary = record.summary()
+        _print_json({k: summary[k] for k in ("round_id", "trigger", "outcome", "reason", "channel", "decision")})
+    else:
+        _print_round(record)
+    if record.outcome.value == "failed":
+        raise typer.Exit(1)
+
+
+def _print_round(record: RoundRecord) -> None:
+    typer.echo(f"round {record.id[:12]} ({record.trigger}): {record.outcome.value} / {record.reason}")
+    if record.push is not None:
+        decided = "push" if record.push else "no push"
+        channel = record.decided_channel or "auto"
+        urgency = record.urgency.value if record.urgency else "routine"
+        typer.echo(f"decision: {decided}, urgency {urgency}, channel {channel}")
+    if record.body:
+        typer.echo(f"body: {record.body}")
+    if record.channel:
+        typer.echo(f"channel: {record.channel}")
+    if record.prompt_tokens is not None or record.latency_ms is not None:
+        typer.echo(
+            f"model: {record.model}, tokens {record.prompt_tokens}/{record.completion_tokens}, "
+            f"{record.latency_ms:.0f} ms" if record.latency_ms is not None else f"model: {record.model}"
+        )
+    for note in record.notes:
+        typer.echo(f"note: {note}")
+
+
+@messages_app.command("add")
+def messages_add(
+    ctx: typer.Context,
+    role: Annotated[str, typer.Option("--role", help="user, assistant or system.")],
+    text: Annotated[str, typer.Option("--text", help="The message text.")],
+    channel: Annotated[str | None, typer.Option("--channel")] = None,
+    speaker: Annotated[str | None, typer.Option("--speaker", help="Persona id of an assistant message.")] = None,
+    image: Annotated[str | None, typer.Option("--image", help="Image URL or data URI.")] = None,
+    at: Annotated[str | None, typer.Option("--at", help="ISO 8601 time (default: now).")] = None,
+) -> None:
+    """Add one message to the main session."""
+    from backthink.app import SystemClock
+    from backthink.importer import parse_one
+    from backthink.store import open_store
+
+    c: Context = ctx.obj
+    settings = c.settings()
+    data: dict[str, Any] = {"role": role, "text": text, "channel": channel, "speaker": speaker,
+                            "image": image}
+    if at is not None:
+        data["at"] = at
+    message = parse_one(data, where="messages add", owner_id=c.owner_id(settings),
+                        now=SystemClock().now(), tz=settings.owner.tz)
+
+    async def go() -> int | None:
+        engine, store, _ = await open_store(settings.database.url)
+        try:
+            return (await store.add(message)).id
+        finally:
+            await engine.dispose()
+
+    typer.echo(f"added message {_run(go())}")
+
+
+@messages_app.command("import")
+def messages_import(
+    ctx: typer.Context,
+    file: Annotated[Path, typer.Argument(help="JSON Lines: role, text, and optional channel, speaker, image, at.")],
+) -> None:
+    """Import messages from a JSON Lines file, all or nothing."""
+    from backthink.app import SystemClock
+    from backthink.importer import parse_jsonl
+    from backthink.store import open_store
+
+    c: Context = ctx.obj
+    settings = c.settings()
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{file}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    parsed = parse_jsonl(text.splitlines(), source=str(file), owner_id=c.owner_id(settings),
+                         now=SystemClock().now(), tz=settings.owner.tz)
+
+    async def go() -> int:
+        engine, store, _ = await open_store(settings.database.url)
+        try:
+            return await store.add_many(parsed)
+        finally:
+            await engine.dispose()
+
+    typer.echo(f"imported {_run(go())} messages from {file}")
+
+
+@app.command()
+def rounds(
+    ctx: typer.Context,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="How many rounds.")] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
+) -> None:
+    """Show the audit log of rounds, newest first."""
+    from backthink.store import open_store
+
+    c: Context = ctx.obj
+    settings = c.settings()
+
+    async def go() -> list[RoundRecord]:
+        engine, _, store = await open_store(settings.database.url)
+        try:
+            return await store.list(owner_id=c.owner_id(settings), limit=limit)
+        finally:
+            await engine.dispose()
+
+    records = _run(go())
+    if as_json:
+        _print_json([r.summary() for r in records])
+        return
+    typer.echo(render_rounds_table(records, settings))
+
+
+def render_rounds_table(records: list[RoundRecord], settings: Settings) -> str:
+    """Render rounds as a readable fixed-width table in the owner's time zone."""
+    header = ("started", "round", "trigger", "outcome", "reason", "channel", "urgency", "tokens", "ms")
+    rows = [header]
+    for r in records:
+        tokens = "-" if r.prompt_tokens is None else f"{r.prompt_tokens}/{r.completion_tokens}"
+        rows.append((
+            r.started_at.astimezone(settings.owner.tz).strftime("%m-%d %H:%M:%S"),
+            r.id[:8],
+            r.trigger if len(r.trigger) <= 16 else r.trigger[:15] + "…",
+            r.outcome.value,
+            r.reason,
+            r.channel or "-",
+            r.urgency.value if r.urgency else "-",
+            tokens,
+            "-" if r.latency_ms is None else f"{r.latency_ms:.0f}",
+        ))
+    if len(rows) == 1:
+        return "no rounds yet"
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+                     for row in rows)
+
+
+@app.command()
+def check(ctx: typer.Context) -> None:
+    """Validate config, prompts, database and model endpoint; exit 1 on the first problem."""
+    from backthink.checks import run_checks
+
+    c: Context = ctx.obj
+    settings = c.settings()
+    where = resolve_config_path(c.config, os.environ)
+    typer.echo(f"ok  config: {where or 'built-in defaults'}")
+    for line in _run(run_checks(settings)):
+        typer.echo(f"ok  {line}")
+
+
+def _print_json(data: Any) -> None:
+    typer.echo(json.dumps(data, ensure_ascii=False, default=_json_default))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def main() -> None:
+    """Entry point: turns backthink errors into one line on stderr and an exit code."""
+    debug = "--debug" in sys.argv[1:]
+    try:
+        app()
+    except BackthinkError as exc:
+        if debug:
+            raise
+        typer.echo(f"backthink: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:
+        # A bug must still read as one line; --debug shows the traceback.
+        if debug:
+            raise
+        typer.echo(f"backthink: unexpected error: {type(exc).__name__}: {exc}", err=True)
+        sys.exit(1)

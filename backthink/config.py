@@ -1,0 +1,326 @@
+"""Settings: a TOML file, environment overrides, validated into frozen pydantic models.
+
+Precedence, highest first: `BACKTHINK_<SECTION>__<KEY>` environment variables,
+the TOML file, built-in defaults. `OPENAI_API_KEY` fills `model.api_key` when
+neither the file nor `BACKTHINK_MODEL__API_KEY` sets it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from datetime import time, timedelta
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from backthink.errors import ConfigError
+
+DEFAULT_CONFIG_PATH = Path("config/backthink.toml")
+CONFIG_ENV = "BACKTHINK_CONFIG"
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(value: Any) -> timedelta:
+    """Parse "90s", "30m", "2h", "1h30m", "1d" or a number of seconds into a timedelta."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return timedelta(seconds=value)
+    if not isinstance(value, str):
+        raise ValueError("expected a duration such as '30m', '2h' or '90s'")
+    text = value.strip().lower().replace(" ", "")
+    if text.replace(".", "", 1).isdigit():
+        return timedelta(seconds=float(text))
+    pos, total = 0, 0.0
+    for match in _DURATION_PART.finditer(text):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        pos = match.end()
+    if pos != len(text) or not text:
+        raise ValueError(f"{value!r} is not a duration such as '30m', '2h' or '90s'")
+    return timedelta(seconds=total)
+
+
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+
+class QuietHours(BaseModel):
+    """A daily range of local wall-clock time, e.g. 23:00-07:00 (may cross midnight)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    start: time
+    end: time
+
+    @classmethod
+    def parse(cls, value: Any) -> QuietHours | None:
+        """Parse "HH:MM-HH:MM"; an empty string or "off" disables quiet hours."""
+        if value is None or isinstance(value, QuietHours):
+            return value
+        if isinstance(value, dict):
+            return cls.model_validate(value)
+        text = str(value).strip()
+        if text.lower() in {"", "off", "none"}:
+            return None
+        match = re.fullmatch(r"(\d{1,2}):(\d{2})\s*-\s*(\d{1,2}):(\d{2})", text)
+        if not match:
+            raise ValueError(f"{value!r} is not a range such as '23:00-07:00'")
+        h1, m1, h2, m2 = (int(g) for g in match.groups())
+        try:
+            start, end = time(h1, m1), time(h2, m2)
+        except ValueError as exc:
+            raise ValueError(f"{value!r}: {exc}") from None
+        if start == end:
+            raise ValueError(f"{value!r} is empty: start and end are the same time")
+        return cls(start=start, end=end)
+
+    def __str__(self) -> str:
+        return f"{self.start:%H:%M}-{self.end:%H:%M}"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class OwnerSettings(_Section):
+    """Who the companion serves."""
+
+    id: str = Field(default="default", min_length=1)
+    name: str = ""
+    timezone: str = "UTC"
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {value!r}") from None
+        return value
+
+    @property
+    def tz(self) -> ZoneInfo:
+        """The owner's time zone."""
+        return ZoneInfo(self.timezone)
+
+
+class PersonaSettings(_Section):
+    """The persona that thinks and speaks."""
+
+    id: str = Field(default="companion", min_length=1)
+    name: str = ""
+    prompt_file: Path | None = None
+
+
+class ModelSettings(_Section):
+    """The OpenAI-compatible endpoint used for the one model round."""
+
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    name: str = Field(default="gpt-4o-mini", min_length=1)
+    timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    max_retries: int = Field(default=2, ge=0, le=10)
+    max_tokens: int = Field(default=400, ge=16, le=32768)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        if not re.match(r"https?://[^/\s]+", value):
+            raise ValueError(f"{value!r} is not an http(s) URL")
+        return value.strip()
+
+
+class DatabaseSettings(_Section):
+    """Where messages and rounds live."""
+
+    url: str = "sqlite+aiosqlite:///var/backthink.db"
+
+
+class ScheduleSettings(_Section):
+    """When the daemon thinks."""
+
+    heartbeat: Duration = timedelta(minutes=30)
+    jitter: Duration = timedelta(minutes=2)
+    quiet_heartbeat: Duration = timedelta(hours=2)
+    startup_greeting: bool = True
+    cron: list[str] = Field(default_factory=list)
+
+    @field_validator("heartbeat", "quiet_heartbeat")
+    @classmethod
+    def _positive(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError("must be longer than zero")
+        return value
+
+
+class GateSettings(_Section):
+    """The push gate: when a decided push may really reach the owner."""
+
+    quiet_hours: Annotated[QuietHours | None, BeforeValidator(QuietHours.parse)] = QuietHours(
+        start=time(23, 0), end=time(7, 0)
+    )
+    quiet_mode: Literal["critical_only", "skip"] = "critical_only"
+    activity_window: Duration = timedelta(minutes=10)
+    min_interval: Duration = timedelta(hours=2)
+    daily_cap: int = Field(default=4, ge=0)
+    max_unanswered: int = Field(default=2, ge=0)
+    max_body_chars: int = Field(default=600, ge=1)
+    duplicate_window: Duration = timedelta(hours=24)
+    default_channel: str | None = None
+
+
+class PromptSettings(_Section):
+    """Prompt language, template folder and context size."""
+
+    language: Literal["zh", "en"] = "zh"
+    recent_messages: int = Field(default=20, ge=0, le=500)
+    dir: Path = Path("config/prompts")
+
+
+class StateSettings(_Section):
+    """Where the owner's current state comes from."""
+
+    file: Path | None = Path("var/state.json")
+    max_age: Duration = timedelta(hours=6)
+
+
+class WebChannelSettings(_Section):
+    """The main session itself: the message waits there for the web UI."""
+
+    type: Literal["web"] = "web"
+
+
+class WebhookChannelSettings(_Section):
+    """A JSON POST to a URL, signed with HMAC-SHA256 when a secret is set."""
+
+    type: Literal["webhook"]
+    url: str
+    secret: SecretStr | None = None
+    timeout_s: float = Field(default=10.0, gt=0, le=300)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not re.match(r"https?://[^/\s]+", value):
+            raise ValueError(f"{value!r} is not an http(s) URL")
+        return value
+
+
+class AppriseChannelSettings(_Section):
+    """Any apprise URL (tgram://, discord://, ntfy://, mailto://, ...); it holds tokens."""
+
+    type: Literal["apprise"]
+    url: SecretStr
+
+
+ChannelSettings = Annotated[
+    WebChannelSettings | WebhookChannelSettings | AppriseChannelSettings,
+    Field(discriminator="type"),
+]
+
+
+def _default_channels() -> dict[str, ChannelSettings]:
+    return {"web": WebChannelSettings()}
+
+
+class Settings(BaseSettings):
+    """All of backthink's configuration, frozen once loaded."""
+
+    model_config = SettingsConfigDict(
+        frozen=True,
+        extra="forbid",
+        env_prefix="BACKTHINK_",
+        env_nested_delimiter="__",
+        nested_model_default_partial_update=True,
+    )
+
+    owner: OwnerSettings = OwnerSettings()
+    persona: PersonaSettings = PersonaSettings()
+    model: ModelSettings = ModelSettings()
+    database: DatabaseSettings = DatabaseSettings()
+    schedule: ScheduleSettings = ScheduleSettings()
+    gate: GateSettings = GateSettings()
+    prompt: PromptSettings = PromptSettings()
+    state: StateSettings = StateSettings()
+    channels: dict[str, ChannelSettings] = Field(default_factory=_default_channels)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The TOML file arrives as init arguments; the environment must win over it.
+        return (env_settings, init_settings)
+
+
+def resolve_config_path(path: Path | None, env: Mapping[str, str]) -> Path | None:
+    """Pick the config file: explicit path, then $BACKTHINK_CONFIG, then the default file."""
+    if path is not None:
+        return path
+    if env.get(CONFIG_ENV):
+        return Path(env[CONFIG_ENV])
+    return DEFAULT_CONFIG_PATH if DEFAULT_CONFIG_PATH.is_file() else None
+
+
+def load_settings(path: Path | None = None) -> Settings:
+    """Load, merge and validate the configuration (the file, then the process environment).
+
+    Raises:
+        ConfigError: one line naming the file, the key and what is wrong.
+    """
+    env = os.environ
+    config_path = resolve_config_path(path, env)
+    data: dict[str, Any] = {}
+    where = "built-in defaults"
+    if config_path is not None:
+        where = str(config_path)
+        try:
+            data = tomllib.loads(config_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file {config_path} does not exist") from None
+        except OSError as exc:
+            raise ConfigError(f"config file {config_path}: {exc.strerror}") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config file {config_path} is not valid TOML: {exc}") from None
+    try:
+        settings = Settings(**data)
+    except ValidationError as exc:
+        raise ConfigError(f"{where}: {_first_problem(exc)}") from None
+    if settings.model.api_key is None and env.get("OPENAI_API_KEY"):
+        model = settings.model.model_copy(update={"api_key": SecretStr(env["OPENAI_API_KEY"])})
+        settings = settings.model_copy(update={"model": model})
+    return settings
+
+
+def _first_problem(exc: ValidationError) -> str:
+    """Render the first validation error as `key.path: message`."""
+    err = exc.errors(include_url=False)[0]
+    key = ".".join(str(part) for part in err["loc"] if not str(part).endswith("Settings"))
+    message = err["msg"]
+    if err["type"] == "extra_forbidden":
+        message = "unknown key"
+    message = message.removeprefix("Value error, ")
+    return f"{key}: {message}" if key else message

@@ -1,0 +1,38 @@
+"""Recent main-session messages -> the model messages of one round."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from backthink.attribution import Language, attribute
+from backthink.models import Message, ModelMessage, Role
+
+_ROLE_MAP: dict[str, Role] = {"assistant": "assistant", "system": "system", "user": "user"}
+
+
+def to_model_role(role: str) -> Role:
+    """Map a stored role to a model role; anything unknown speaks as the user."""
+    return _ROLE_MAP.get(role.strip().lower(), "user")
+
+
+def to_model_message(message: Message) -> ModelMessage:
+    """Convert one stored message, keeping its image as an image part beside the text."""
+    return ModelMessage(role=to_model_role(message.role), text=message.text, image=message.image)
+
+
+def conversation(
+    recent: Sequence[Message],
+    *,
+    persona_id: str,
+    names: Mapping[str, str],
+    language: Language = "zh",
+) -> list[ModelMessage]:
+    """Build the conversation part of a request: role context, then attributed history.
+
+    The returned list starts with the role-context system message when any
+    assistant message carries a speaker, followed by the messages oldest first
+    with a speaker note before each change of speaker.
+    """
+    pairs = [(to_model_message(m), m.speaker) for m in recent]
+    leading, body = attribute(pairs, current=persona_id, names=names, language=language)
+    return ([leading] if leading is not None else []) + body

@@ -1,0 +1,190 @@
+"""Plain data shared by every part of backthink: messages, decisions, state, rounds."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+MAIN_SESSION = "main"
+"""The owner's main conversation: the one a round reads and writes back into."""
+
+
+class Urgency(StrEnum):
+    """How strongly the model says a message may disturb the owner."""
+
+    ROUTINE = "routine"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        """Order of the levels: routine < warning < critical."""
+        return _URGENCY_RANK[self]
+
+
+_URGENCY_RANK = {Urgency.ROUTINE: 0, Urgency.WARNING: 1, Urgency.CRITICAL: 2}
+
+
+class Outcome(StrEnum):
+    """How a round ended. Every round ends with exactly one of these and a reason."""
+
+    SKIPPED = "skipped"
+    SUPPRESSED = "suppressed"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+
+class Availability(StrEnum):
+    """What the owner-state file says about the owner right now."""
+
+    AVAILABLE = "available"
+    BUSY = "busy"
+    DND = "dnd"
+
+
+Role = Literal["user", "assistant", "system"]
+Origin = Literal["chat", "proactive"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Message(_Frozen):
+    """One stored message of an owner's session.
+
+    `speaker` is the persona id that said an assistant message; `channel` is
+    where a message was said (None means the main session's own interface).
+    """
+
+    id: int | None = None
+    owner_id: str
+    session_id: str = MAIN_SESSION
+    role: str
+    text: str
+    image: str | None = None
+    speaker: str | None = None
+    channel: str | None = None
+    origin: Origin = "chat"
+    created_at: AwareDatetime
+
+
+class ModelMessage(_Frozen):
+    """One message of a model request, before any SDK sees it.
+
+    `image` travels as an image content part beside the text.
+    """
+
+    role: Role
+    text: str
+    image: str | None = None
+
+
+class ModelReply(_Frozen):
+    """What one model round returned, with its cost."""
+
+    text: str
+    model: str
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_ms: float
+
+
+class Decision(_Frozen):
+    """The model's parsed footer. Anything unclear has already fallen back to "no push"."""
+
+    push: bool = False
+    channel: str | None = None
+    urgency: Urgency = Urgency.ROUTINE
+    body: str = ""
+    problems: list[str] = Field(default_factory=list)
+
+
+class _Lenient(BaseModel):
+    # Written by other programs, which may add keys of their own: ignore them.
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class ScheduleItem(_Lenient):
+    """One upcoming item of the owner's schedule."""
+
+    at: AwareDatetime
+    title: str
+
+
+class RoundState(_Lenient):
+    """The owner's current state, read once per round; the prompt and the gate share it."""
+
+    updated_at: AwareDatetime | None = None
+    availability: Availability | None = None
+    device: dict[str, Any] = Field(default_factory=dict)
+    schedule: list[ScheduleItem] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
+class StateReading(_Frozen):
+    """A RoundState when one is known, else why not (missing, stale, unreadable)."""
+
+    state: RoundState | None = None
+    problem: str | None = None
+
+    @property
+    def known(self) -> bool:
+        """True when a fresh, valid state snapshot was read."""
+        return self.state is not None
+
+
+class RoundRecord(_Frozen):
+    """The audit record of one round: what triggered it, what was decided, how it ended."""
+
+    id: str
+    owner_id: str
+    trigger: str
+    started_at: AwareDatetime
+    finished_at: AwareDatetime
+    outcome: Outcome
+    reason: str
+    push: bool | None = None
+    urgency: Urgency | None = None
+    decided_channel: str | None = None
+    body: str | None = None
+    channel: str | None = None
+    model: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_ms: float | None = None
+    raw_reply: str | None = None
+    notes: list[str] = Field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        """The public JSON shape of a round (no raw reply, no secrets)."""
+        return {
+            "round_id": self.id,
+            "owner_id": self.owner_id,
+            "trigger": self.trigger,
+            "started_at": _iso(self.started_at),
+            "finished_at": _iso(self.finished_at),
+            "outcome": self.outcome.value,
+            "reason": self.reason,
+            "channel": self.channel,
+            "decision": None
+            if self.push is None
+            else {
+                "push": self.push,
+                "channel": self.decided_channel,
+                "urgency": self.urgency.value if self.urgency else None,
+                "body": self.body,
+            },
+            "model": self.model,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "latency_ms": self.latency_ms,
+            "notes": list(self.notes),
+        }
+
+
+def _iso(value: datetime) -> str:
+    return value.isoformat()

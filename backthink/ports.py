@@ -1,0 +1,82 @@
+"""The ports of backthink: small Protocols that every I/O edge implements.
+
+The core (context, prompts, footer, gate) never imports an adapter; a round
+gets its ports through constructors, so tests pass fakes from
+`backthink.testing` and the daemon passes the SQL stores and the openai client.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+from backthink.models import MAIN_SESSION, Message, ModelMessage, ModelReply, RoundRecord, StateReading
+
+
+class Clock(Protocol):
+    """The only source of "now" for services. Always timezone-aware UTC."""
+
+    def now(self) -> datetime:
+        """Return the current instant as an aware UTC datetime."""
+        ...
+
+
+class MessageStore(Protocol):
+    """Owners' sessions. Reading the most recent messages must not grow with history."""
+
+    async def add(self, message: Message) -> Message:
+        """Store one message and return it with its id."""
+        ...
+
+    async def add_many(self, messages: Sequence[Message]) -> int:
+        """Store all messages in one transaction (all or nothing); return how many."""
+        ...
+
+    async def recent(
+        self, owner_id: str, limit: int, *, session_id: str = MAIN_SESSION
+    ) -> list[Message]:
+        """Return the last `limit` messages of a session, oldest first.
+
+        Messages are ordered by (created_at, id), so two messages stored with the
+        same timestamp keep their insertion order.
+        """
+        ...
+
+
+class RoundStore(Protocol):
+    """The audit log of rounds."""
+
+    async def save(self, record: RoundRecord) -> None:
+        """Store a finished round. Saving the same id twice is an error."""
+        ...
+
+    async def list(self, *, owner_id: str | None = None, limit: int = 20) -> list[RoundRecord]:
+        """Return rounds newest first, optionally for one owner."""
+        ...
+
+
+class StateProvider(Protocol):
+    """Where the owner's current state (RoundState) comes from."""
+
+    def read(self, at: datetime) -> StateReading:
+        """Read the owner's state as seen at `at`; unknown, stale or broken is not an error."""
+        ...
+
+
+class ModelClient(Protocol):
+    """One chat-completion round against a model endpoint."""
+
+    @property
+    def model_name(self) -> str:
+        """The model name sent with every request."""
+        ...
+
+    async def complete(self, messages: Sequence[ModelMessage]) -> ModelReply:
+        """Run one round.
+
+        Raises:
+            ModelTimeout: the endpoint did not answer in time.
+            ModelError: any other failure, including a reply with no usable text.
+        """
+        ...

@@ -1,0 +1,192 @@
+"""The round's instruction prompt: an editable template, then the trigger, time and state.
+
+Stable text comes first and the per-round text (trigger, local time, owner
+state) comes last, so two consecutive heartbeats share a long byte-identical
+prefix and providers' prompt caches can hit.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from backthink.attribution import Language
+from backthink.errors import ConfigError
+from backthink.models import RoundState
+
+STARTUP_TRIGGER = "startup"
+HEARTBEAT_TRIGGER = "heartbeat"
+TEMPLATE_NAMES = ("guidance", "startup")
+_NAMED_TRIGGERS = frozenset({"heartbeat", "startup", "cron"})
+MAX_SCHEDULE_ITEMS = 5
+SCHEDULE_HORIZON = timedelta(hours=24)
+
+_WEEKDAYS = {
+    "zh": ("周一", "周二", "周三", "周四", "周五", "周六", "周日"),
+    "en": ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"),
+}
+
+_LABELS: dict[str, dict[str, str]] = {
+    "zh": {
+        "trigger": "触发：{}",
+        "now": "现在是主人当地时间 {} {}（{}）。",
+        "header": "[主人当前状态]",
+        "availability": "- 可用性：{}",
+        "device": "- 设备：{}",
+        "schedule": "- 接下来的日程：",
+        "item": "  - {}（{}后）{}",
+        "notes": "- 备注：{}",
+        "updated": "- 状态更新于 {}",
+        "sep": "；",
+        "available": "空闲",
+        "busy": "忙碌",
+        "dnd": "勿扰",
+        "heartbeat": "定时心跳",
+        "startup": "进程启动——你刚从一次重启中醒来，回到主人身边",
+        "cron": "定时计划",
+    },
+    "en": {
+        "trigger": "Trigger: {}",
+        "now": "The owner's local time is now {} {} ({}).",
+        "header": "[Owner's current state]",
+        "availability": "- Availability: {}",
+        "device": "- Device: {}",
+        "schedule": "- Upcoming schedule:",
+        "item": "  - {} (in {}) {}",
+        "notes": "- Notes: {}",
+        "updated": "- State updated at {}",
+        "sep": "; ",
+        "available": "available",
+        "busy": "busy",
+        "dnd": "do not disturb",
+        "heartbeat": "scheduled heartbeat",
+        "startup": "process start: you just came back from a restart",
+        "cron": "scheduled time",
+    },
+}
+
+
+@dataclass(frozen=True)
+class PromptBook:
+    """The two instruction templates of one language, loaded from the prompt folder."""
+
+    language: Language
+    guidance: string.Template
+    startup: string.Template
+
+    @classmethod
+    def load(cls, folder: Path, language: Language) -> PromptBook:
+        """Read `guidance.<lang>.md` and `startup.<lang>.md` from `folder`.
+
+        Raises:
+            ConfigError: a template is missing or unreadable.
+        """
+        texts: dict[str, string.Template] = {}
+        for name in TEMPLATE_NAMES:
+            path = folder / f"{name}.{language}.md"
+            try:
+                texts[name] = string.Template(path.read_text(encoding="utf-8").strip())
+            except OSError as exc:
+                raise ConfigError(
+                    f"prompt.dir: cannot read template {path}: {exc.strerror}"
+                ) from None
+        return cls(language=language, guidance=texts["guidance"], startup=texts["startup"])
+
+
+def is_startup(trigger: str) -> bool:
+    """True when the trigger asks for the startup greeting."""
+    return trigger.strip().lower() == STARTUP_TRIGGER
+
+
+def render_prompt(
+    book: PromptBook,
+    *,
+    trigger: str,
+    at: datetime,
+    tz: ZoneInfo,
+    state: RoundState | None,
+    channels: Sequence[str],
+    persona_name: str,
+    owner_name: str,
+) -> str:
+    """Render the instruction prompt of one round.
+
+    Args:
+        book: the templates.
+        trigger: why this round runs (heartbeat, startup, cron, or a poke's text).
+        at: the round's instant (aware).
+        tz: the owner's time zone.
+        state: the owner's state snapshot, or None when unknown (the block is left out).
+        channels: the configured channel names the model may name.
+        persona_name: display name of the persona.
+        owner_name: display name of the owner.
+    """
+    labels = _LABELS[book.language]
+    template = book.startup if is_startup(trigger) else book.guidance
+    body = template.safe_substitute(
+        persona_name=persona_name,
+        owner_name=owner_name,
+        channels="|".join([*channels, "auto"]),
+    )
+    local = at.astimezone(tz)
+    tail = [
+        labels["trigger"].format(describe_trigger(trigger, book.language)),
+        labels["now"].format(
+            local.strftime("%Y-%m-%d %H:%M"), _WEEKDAYS[book.language][local.weekday()], tz.key
+        ),
+    ]
+    if state is not None:
+        tail.append(render_state_block(state, at=at, tz=tz, language=book.language))
+    return body + "\n\n" + "\n".join(tail)
+
+
+def describe_trigger(trigger: str, language: Language) -> str:
+    """Name the trigger for the model; free text (a poke) is passed through as written."""
+    key = trigger.strip().lower()
+    if key in _NAMED_TRIGGERS:
+        return _LABELS[language][key]
+    return trigger.strip()
+
+
+def render_state_block(state: RoundState, *, at: datetime, tz: ZoneInfo, language: Language) -> str:
+    """Render the owner-state block: availability, device facts, schedule, notes."""
+    labels = _LABELS[language]
+    lines = [labels["header"]]
+    if state.availability is not None:
+        lines.append(labels["availability"].format(labels[state.availability.value]))
+    if state.device:
+        facts = labels["sep"].join(f"{k}={_fact(v)}" for k, v in state.device.items())
+        lines.append(labels["device"].format(facts))
+    upcoming = sorted(
+        (item for item in state.schedule if at <= item.at <= at + SCHEDULE_HORIZON),
+        key=lambda item: item.at,
+    )[:MAX_SCHEDULE_ITEMS]
+    if upcoming:
+        lines.append(labels["schedule"])
+        for item in upcoming:
+            when = item.at.astimezone(tz).strftime("%H:%M")
+            lines.append(labels["item"].format(when, _span(item.at - at, language), item.title))
+    if state.notes:
+        lines.append(labels["notes"].format(labels["sep"].join(state.notes)))
+    if state.updated_at is not None:
+        lines.append(labels["updated"].format(state.updated_at.astimezone(tz).strftime("%H:%M")))
+    return "\n".join(lines)
+
+
+def _fact(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def _span(delta: timedelta, language: Language) -> str:
+    minutes = max(0, int(delta.total_seconds() // 60))
+    hours, minutes = divmod(minutes, 60)
+    if language == "zh":
+        return f"{hours} 小时 {minutes} 分钟" if hours else f"{minutes} 分钟"
+    return f"{hours} h {minutes} min" if hours else f"{minutes} min"

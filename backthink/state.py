@@ -1,0 +1,67 @@
+"""The owner-state file: JSON written by other programs, read once per round."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from backthink.models import RoundState, StateReading
+
+# A snapshot dated slightly in the future is clock skew between machines, not an error.
+FUTURE_SKEW = timedelta(minutes=5)
+
+
+class FileStateProvider:
+    """Reads `state.file`. Missing, stale or broken files are "unknown", never an error.
+
+    A file without `updated_at` is dated by its modification time, so a script
+    that only rewrites the file still keeps it fresh.
+    """
+
+    def __init__(self, path: Path | None, max_age: timedelta) -> None:
+        self._path = path
+        self._max_age = max_age
+
+    def read(self, at: datetime) -> StateReading:
+        """Read the state as seen at `at`."""
+        if self._path is None:
+            return StateReading(problem="state_not_configured")
+        try:
+            raw = self._path.read_bytes()
+            mtime = datetime.fromtimestamp(self._path.stat().st_mtime, tz=UTC)
+        except FileNotFoundError:
+            return StateReading(problem="state_missing")
+        except OSError as exc:
+            return StateReading(problem=f"state_unreadable: {exc.strerror}")
+        return parse_state(raw, at=at, max_age=self._max_age, fallback_time=mtime)
+
+
+def parse_state(
+    raw: bytes | str, *, at: datetime, max_age: timedelta, fallback_time: datetime | None = None
+) -> StateReading:
+    """Validate a state document and judge its freshness at `at`."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return StateReading(problem=f"state_invalid: not JSON ({exc})")
+    if not isinstance(data, dict):
+        return StateReading(problem="state_invalid: the document must be a JSON object")
+    try:
+        state = RoundState.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        key = ".".join(str(p) for p in err["loc"]) or "document"
+        return StateReading(problem=f"state_invalid: {key}: {err['msg']}")
+    stamp = state.updated_at or fallback_time
+    if stamp is None:
+        return StateReading(problem="state_undated")
+    if stamp > at + FUTURE_SKEW:
+        return StateReading(problem="state_from_future")
+    if at - stamp > max_age:
+        return StateReading(problem="state_stale")
+    if state.updated_at is None:
+        state = state.model_copy(update={"updated_at": stamp})
+    return StateReading(state=state)

@@ -1,0 +1,135 @@
+"""Configuration: TOML, environment overrides, validation errors that name the key."""
+
+from __future__ import annotations
+
+from datetime import time, timedelta
+from pathlib import Path
+
+import pytest
+
+from backthink.config import QuietHours, load_settings, parse_duration
+from backthink.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("OPENAI_API_KEY", "BACKTHINK_CONFIG", "BACKTHINK_MODEL__BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "c.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_shipped_configs_load() -> None:
+    """The default and the example config both validate."""
+    default = load_settings(ROOT / "config/backthink.toml")
+    example = load_settings(ROOT / "config/backthink.example.toml")
+    assert default.database.url.startswith("sqlite+aiosqlite:///var/")
+    assert set(example.channels) == {"web", "phone", "telegram"}
+    assert example.gate.default_channel == "web"
+
+
+def test_defaults_without_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No file at all gives the documented defaults."""
+    monkeypatch.chdir(tmp_path)
+    s = load_settings()
+    assert s.prompt.recent_messages == 20
+    assert s.gate.quiet_hours == QuietHours(start=time(23), end=time(7))
+    assert s.schedule.heartbeat == timedelta(minutes=30)
+    assert s.model.base_url is None
+    assert list(s.channels) == ["web"]
+
+
+def test_env_overrides_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """BACKTHINK_<SECTION>__<KEY> wins over the file."""
+    path = write(tmp_path, '[gate]\ndaily_cap = 3\n[model]\nname = "a"\n')
+    monkeypatch.setenv("BACKTHINK_GATE__DAILY_CAP", "7")
+    s = load_settings(path)
+    assert s.gate.daily_cap == 7
+    assert s.model.name == "a"
+
+
+def test_config_path_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """BACKTHINK_CONFIG picks the file when --config is not given."""
+    path = write(tmp_path, '[owner]\nid = "x"\n')
+    monkeypatch.setenv("BACKTHINK_CONFIG", str(path))
+    assert load_settings().owner.id == "x"
+
+
+def test_openai_api_key_fallback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """OPENAI_API_KEY fills model.api_key only when nothing else sets it."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
+    s = load_settings(write(tmp_path, ""))
+    assert s.model.api_key is not None and s.model.api_key.get_secret_value() == "sk-env"
+    s = load_settings(write(tmp_path, '[model]\napi_key = "sk-file"\n'))
+    assert s.model.api_key is not None and s.model.api_key.get_secret_value() == "sk-file"
+    assert "sk-file" not in repr(s)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[gate]\ndaily_kap = 3\n", "gate.daily_kap: unknown key"),
+        ("[nonsense]\nx = 1\n", "nonsense: unknown key"),
+        ("[gate]\ndaily_cap = -1\n", "gate.daily_cap:"),
+        ('[gate]\nquiet_hours = "25:00-07:00"\n', "gate.quiet_hours:"),
+        ('[gate]\nmin_interval = "soon"\n', "gate.min_interval:"),
+        ('[owner]\ntimezone = "Mars/Olympus"\n', "owner.timezone: unknown time zone"),
+        ('[model]\nbase_url = "localhost:8000"\n', "model.base_url:"),
+        ('[prompt]\nlanguage = "fr"\n', "prompt.language:"),
+        ('[channels.x]\ntype = "pigeon"\n', "channels.x"),
+        ('[channels.x]\ntype = "webhook"\n', "channels.x.webhook.url:"),
+        ("[gate\n", "not valid TOML"),
+    ],
+)
+def test_bad_config_names_the_key(tmp_path: Path, text: str, expected: str) -> None:
+    """Every validation error is one line naming the file and the key."""
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    message = str(info.value)
+    assert expected in message
+    assert str(path) in message
+    assert "\n" not in message
+    assert info.value.exit_code == 2
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    """An explicit path that does not exist is a clear error."""
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings(tmp_path / "nope.toml")
+
+
+def test_settings_are_frozen(tmp_path: Path) -> None:
+    """Loaded settings cannot be changed by accident."""
+    s = load_settings(write(tmp_path, ""))
+    with pytest.raises(Exception, match="frozen"):
+        s.gate.daily_cap = 9  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90s", 90), ("30m", 1800), ("2h", 7200), ("1h30m", 5400), ("1d", 86400), ("45", 45),
+     (12, 12), ("500ms", 0.5)],
+)
+def test_durations(text: str | int, seconds: float) -> None:
+    """Durations accept the documented spellings."""
+    assert parse_duration(text) == timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("text", ["", "m", "3x", "1h 2q", "-5m", "abc"])
+def test_bad_durations(text: str) -> None:
+    """Anything else is rejected, never read as zero."""
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration(text)
+
+
+def test_quiet_hours_off() -> None:
+    """An empty quiet-hours string turns them off."""
+    assert QuietHours.parse("") is None
+    assert str(QuietHours.parse("23:00-07:00")) == "23:00-07:00"

@@ -1,0 +1,166 @@
+"""A round end to end with fakes: request shape, outcome and reason, degradation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from backthink.config import Settings
+from backthink.errors import ModelError, ModelTimeout, StoreError
+from backthink.models import Availability, Message, ModelMessage, Outcome, RoundState
+from backthink.prompts import PromptBook
+from backthink.round import Thinker
+from backthink.testing import FakeClock, MemoryMessageStore, MemoryRoundStore, ScriptedModel, StaticState
+
+PROMPTS = Path(__file__).resolve().parent.parent / "config/prompts"
+T0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)  # 10:00 in Shanghai
+PUSH = "[我决定:push]\n[紧急:warning]\n记得十点的组会哦。"
+
+
+def settings(**gate: object) -> Settings:
+    return Settings.model_validate({
+        "owner": {"id": "o", "name": "开拓者", "timezone": "Asia/Shanghai"},
+        "persona": {"id": "cyrene", "name": "昔涟"},
+        "prompt": {"dir": str(PROMPTS)},
+        "gate": gate,
+    })
+
+
+class BrokenStore(MemoryMessageStore):
+    """A message store whose reads fail."""
+
+    async def recent(self, owner_id: str, limit: int, *, session_id: str = "main") -> list[Message]:
+        raise StoreError("database is locked")
+
+
+def make(model: ScriptedModel | None, *, store: MemoryMessageStore | None = None,
+         state: RoundState | None = None, s: Settings | None = None) -> tuple[Thinker, MemoryRoundStore]:
+    s = s or settings()
+    rounds = MemoryRoundStore()
+    thinker = Thinker(
+        s,
+        messages=store or MemoryMessageStore(),
+        rounds=rounds,
+        state=StaticState(state),
+        model=model,
+        clock=FakeClock(T0),
+        prompts=PromptBook.load(s.prompt.dir, s.prompt.language),
+        persona_prompt="你是昔涟。",
+    )
+    return thinker, rounds
+
+
+async def seed(store: MemoryMessageStore, items: Sequence[tuple[str, str, str | None]]) -> None:
+    for i, (role, text, speaker) in enumerate(items):
+        await store.add(Message(owner_id="o", role=role, text=text, speaker=speaker,
+                                created_at=T0 - timedelta(minutes=60 - i)))
+
+
+async def test_request_order_and_placement() -> None:
+    """Persona first, then role context and history, then the prompt with state at its end."""
+    store = MemoryMessageStore()
+    await seed(store, [("user", "早", None), ("assistant", "早上好", "cyrene")])
+    model = ScriptedModel("[我决定:no_push]")
+    state = RoundState(updated_at=T0, availability=Availability.AVAILABLE)
+    thinker, rounds = make(model, store=store, state=state)
+    record = await thinker.run_round("o", "heartbeat")
+    (sent,) = model.calls
+    assert [m.role for m in sent] == ["system", "system", "user", "system", "assistant", "user"]
+    assert sent[0] == ModelMessage(role="system", text="你是昔涟。")
+    assert sent[1].text.startswith("[会话角色] ")
+    assert sent[2].text == "早"
+    assert sent[3].text == "[发言归属] 以下发言来自你自己——「昔涟」（cyrene）。"
+    assert sent[-1].text.rstrip().endswith("- 状态更新于 10:00")
+    assert "触发：定时心跳" in sent[-1].text
+    assert (record.outcome, record.reason) == (Outcome.SUPPRESSED, "no_push")
+    assert await rounds.list() == [record]
+    model.assert_complete()
+
+
+async def test_recent_window_is_limited() -> None:
+    """Only the last prompt.recent_messages messages are sent, oldest first."""
+    store = MemoryMessageStore()
+    await seed(store, [("user", f"m{i}", None) for i in range(30)])
+    model = ScriptedModel("[我决定:no_push]")
+    thinker, _ = make(model, store=store)
+    await thinker.run_round("o", "heartbeat")
+    texts = [m.text for m in model.calls[0] if m.role == "user"][:-1]
+    assert texts == [f"m{i}" for i in range(10, 30)]
+
+
+@pytest.mark.parametrize(
+    ("reply", "outcome", "reason"),
+    [
+        ("[我决定:no_push]", Outcome.SUPPRESSED, "no_push"),
+        ("无", Outcome.SUPPRESSED, "parse_failed"),
+        ("I think I should say hi.", Outcome.SUPPRESSED, "parse_failed"),
+        ("[我决定:push]\n", Outcome.SUPPRESSED, "empty_body"),
+        ("[我决定:push]\n" + "长" * 700, Outcome.SUPPRESSED, "body_too_long"),
+        (PUSH, Outcome.SUPPRESSED, "no_route"),
+    ],
+)
+async def test_outcomes(reply: str, outcome: Outcome, reason: str) -> None:
+    """Each kind of reply ends with the documented outcome and reason."""
+    thinker, _ = make(ScriptedModel(reply))
+    record = await thinker.run_round("o", "heartbeat")
+    assert (record.outcome, record.reason) == (outcome, reason)
+    assert record.raw_reply == reply
+
+
+async def test_push_decision_is_recorded() -> None:
+    """The decision fields and usage land in the record."""
+    thinker, _ = make(ScriptedModel(PUSH))
+    record = await thinker.run_round("o", "heartbeat")
+    assert record.push is True and record.urgency is not None and record.urgency.value == "warning"
+    assert record.body == "记得十点的组会哦。"
+    assert record.prompt_tokens and record.completion_tokens
+
+
+@pytest.mark.parametrize(("error", "reason"), [(ModelTimeout("slow"), "model_timeout"),
+                                               (ModelError("HTTP 500"), "model_error")])
+async def test_model_failures(error: ModelError, reason: str) -> None:
+    """A failing model ends the round failed with the right reason and the error noted."""
+    thinker, rounds = make(ScriptedModel(error))
+    record = await thinker.run_round("o", "heartbeat")
+    assert (record.outcome, record.reason) == (Outcome.FAILED, reason)
+    assert str(error) in record.notes
+    assert len(await rounds.list()) == 1
+
+
+async def test_no_model_configured() -> None:
+    """Without an endpoint the round is recorded as failed and says what is missing."""
+    thinker, _ = make(None)
+    record = await thinker.run_round("o", "heartbeat")
+    assert (record.outcome, record.reason) == (Outcome.FAILED, "model_error")
+    assert record.notes == ["no model endpoint configured"]
+
+
+async def test_store_failure_degrades_to_prompt_only() -> None:
+    """A failing history read still thinks, prompt only, and the record says so."""
+    model = ScriptedModel("[我决定:no_push]")
+    thinker, _ = make(model, store=BrokenStore())
+    record = await thinker.run_round("o", "heartbeat")
+    assert [m.role for m in model.calls[0]] == ["system", "user"]
+    assert record.notes == ["context_unavailable: database is locked"]
+    assert record.reason == "no_push"
+
+
+async def test_startup_uses_startup_prompt() -> None:
+    """The startup trigger sends the greeting prompt."""
+    model = ScriptedModel("[我决定:no_push]")
+    thinker, _ = make(model)
+    await thinker.run_round("o", "startup")
+    assert "刚刚回来" in model.calls[0][-1].text
+
+
+async def test_english_prompt() -> None:
+    """language = en sends the English templates."""
+    s = Settings.model_validate({"prompt": {"dir": str(PROMPTS), "language": "en"}})
+    model = ScriptedModel("[decision:no_push]")
+    thinker, _ = make(model, s=s)
+    record = await thinker.run_round("o", "heartbeat")
+    assert "[decision:push]" in model.calls[0][-1].text
+    assert record.reason == "no_push"
