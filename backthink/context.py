@@ -16,8 +16,14 @@ def to_model_role(role: str) -> Role:
 
 
 def to_model_message(message: Message) -> ModelMessage:
-    """Convert one stored message, keeping its image as an image part beside the text."""
-    return ModelMessage(role=to_model_role(message.role), text=message.text, image=message.image)
+    """Convert one stored message, keeping a user's image as an image part beside the text.
+
+    Chat-completions endpoints accept image parts only in user messages, so an
+    image attached to an assistant or system message is left out of the request.
+    """
+    role = to_model_role(message.role)
+    image = message.image if role == "user" else None
+    return ModelMessage(role=role, text=message.text, image=image)
 
 
 def conversation(

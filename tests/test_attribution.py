@@ -115,3 +115,10 @@ def test_user_text_is_never_touched(text: str) -> None:
     out = conversation([msg("user", hostile), msg("assistant", "x", "b")], persona_id="a", names={})
     users = [m for m in out if m.role == "user"]
     assert users == [ModelMessage(role="user", text=hostile)]
+
+
+def test_image_only_on_user_messages() -> None:
+    """Endpoints reject image parts outside user messages, so others drop them."""
+    out = conversation([msg("assistant", "drew this", image="https://x/y.png")], persona_id="a",
+                       names={})
+    assert out == [ModelMessage(role="assistant", text="drew this")]

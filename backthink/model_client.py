@@ -1,0 +1,311 @@
+"""The openai adapter: one chat-completion round against any OpenAI-compatible endpoint."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any, TypeVar, cast
+from urllib.parse import urlsplit
+
+import openai
+from openai.types.chat import ChatCompletionMessageParam
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from backthink.config import ModelSettings
+from backthink.errors import ModelError, ModelNotConfigured, ModelTimeout
+from backthink.models import ModelMessage, ModelReply
+
+PLACEHOLDER_API_KEY = "not-needed"
+"""Sent when no key is configured: local servers (llama.cpp, Ollama, vLLM) ignore it,
+while the SDK refuses to build a client without one."""
+
+DEFAULT_CONFIG_LOCATION = "the config file"
+PROBE_MAX_TOKENS = 1  # tokens; the fallback probe only needs the endpoint to answer
+DETAIL_MAX_CHARS = 160  # characters of a server's error message kept in our error
+# OpenAI-style keys, whole or masked ("sk-abc1****wxyz"), as some servers echo them.
+_KEY_LIKE = re.compile(r"\bsk-[A-Za-z0-9_*\-]{4,}")
+_REDACTED = "[redacted]"
+
+
+class _Lenient(BaseModel):
+    # Servers add fields of their own (reasoning_content, timings, system_fingerprint);
+    # only the fields below matter, so everything else is ignored rather than rejected.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class _Usage(_Lenient):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class _Message(_Lenient):
+    # Only `content` is the reply; reasoning fields beside it are the model's scratchpad.
+    content: str | None = None
+
+
+class _Choice(_Lenient):
+    message: _Message
+    finish_reason: str | None = None
+
+
+class _Completion(_Lenient):
+    model: str | None = None
+    choices: list[_Choice]
+    usage: _Usage | None = None
+
+
+class _ModelEntry(_Lenient):
+    id: str
+
+
+class _ModelList(_Lenient):
+    data: list[_ModelEntry]
+
+
+_T = TypeVar("_T", bound=_Lenient)
+
+
+class OpenAIModelClient:
+    """A ModelClient backed by `openai.AsyncOpenAI`; SDK objects never leave this class.
+
+    The request carries `model`, `messages` and `max_tokens` and nothing else, because
+    some local servers reject parameters they do not know. Replies are read from the raw
+    JSON body into small lenient models, so a server that bends the schema (extra
+    fields, a missing `usage`) still works and one that breaks it fails with a clear
+    ModelError instead of a half-built SDK object.
+
+    When `settings.api_key` is None the placeholder key "not-needed" is sent: servers
+    such as llama.cpp and Ollama ignore the Authorization header, and the SDK needs some
+    key to build a client.
+    """
+
+    def __init__(
+        self, settings: ModelSettings, *, config_location: str = DEFAULT_CONFIG_LOCATION
+    ) -> None:
+        """Build the SDK client; no request is sent yet.
+
+        Args:
+            settings: the [model] section of the configuration.
+            config_location: where the configuration lives, named in the error when
+                no endpoint is configured.
+
+        Raises:
+            ModelNotConfigured: `settings.base_url` is not set.
+        """
+        if settings.base_url is None:
+            raise ModelNotConfigured(
+                "no model endpoint configured: set model.base_url in "
+                f"{config_location} or BACKTHINK_MODEL__BASE_URL"
+            )
+        self._settings = settings
+        self._base_url = settings.base_url
+        self._api_key = (
+            settings.api_key.get_secret_value() if settings.api_key is not None else None
+        )
+        self._client = openai.AsyncOpenAI(
+            base_url=settings.base_url,
+            api_key=self._api_key or PLACEHOLDER_API_KEY,
+            timeout=settings.timeout_s,
+            max_retries=settings.max_retries,
+        )
+        self._closed = False
+
+    @property
+    def model_name(self) -> str:
+        """The model name sent with every request."""
+        return self._settings.name
+
+    async def complete(self, messages: Sequence[ModelMessage]) -> ModelReply:
+        """Run one chat-completion round.
+
+        Latency covers the whole call, retries included, because that is what a round
+        waits for.
+
+        Raises:
+            ModelTimeout: the endpoint did not answer within `timeout_s`.
+            ModelError: HTTP error, refused connection, or a reply with no usable text.
+        """
+        self._check_open()
+        payload = [_to_payload(message) for message in messages]
+        started = time.perf_counter()
+        with self._translate_errors(messages):
+            raw = await self._client.chat.completions.with_raw_response.create(
+                model=self._settings.name,
+                # The payload is plain JSON for the server; the SDK's TypedDicts only
+                # allow image parts in user messages, which is the context's business.
+                messages=cast(list[ChatCompletionMessageParam], payload),
+                max_tokens=self._settings.max_tokens,
+            )
+            body = raw.text
+        latency_ms = (time.perf_counter() - started) * 1000
+        completion = _parse(_Completion, body)
+        if not completion.choices:
+            raise _unusable("the reply has no choices")
+        choice = completion.choices[0]
+        text = choice.message.content
+        if text is None or not text.strip():
+            finish = f" (finish_reason={choice.finish_reason})" if choice.finish_reason else ""
+            raise _unusable(f"the reply has no text content{finish}")
+        usage = completion.usage
+        return ModelReply(
+            text=text,
+            model=completion.model or self._settings.name,
+            prompt_tokens=usage.prompt_tokens if usage else None,
+            completion_tokens=usage.completion_tokens if usage else None,
+            latency_ms=latency_ms,
+        )
+
+    async def probe(self) -> str:
+        """Check that the endpoint answers, for `backthink check`.
+
+        Lists the models (GET /models). Servers that do not implement that answer 404;
+        then a one-token chat completion stands in.
+
+        Returns:
+            One short line describing what the endpoint said.
+
+        Raises:
+            ModelTimeout: the endpoint did not answer within `timeout_s`.
+            ModelError: any other failure.
+        """
+        self._check_open()
+        with self._translate_errors(()):
+            try:
+                raw = await self._client.models.with_raw_response.list()
+            except openai.NotFoundError:
+                return await self._probe_chat()
+            body = raw.text
+        ids = [entry.id for entry in _parse(_ModelList, body).data]
+        listed = "is listed" if self.model_name in ids else "is not listed"
+        count = f"{len(ids)} model" + ("" if len(ids) == 1 else "s")
+        return f"{self._host()} lists {count}; {self.model_name!r} {listed}"
+
+    async def _probe_chat(self) -> str:
+        started = time.perf_counter()
+        raw = await self._client.chat.completions.with_raw_response.create(
+            model=self._settings.name,
+            messages=[{"role": "user", "content": "ping"}],
+            max_tokens=PROBE_MAX_TOKENS,
+        )
+        latency_ms = (time.perf_counter() - started) * 1000
+        # A one-token reply may carry no text at all (a reasoning model is still
+        # thinking); a well-formed completion is enough to show the endpoint works.
+        _parse(_Completion, raw.text)
+        return (
+            f"{self._host()} has no model list; a chat completion with "
+            f"{self.model_name!r} answered in {latency_ms:.0f} ms"
+        )
+
+    async def close(self) -> None:
+        """Close the HTTP connections; later calls raise ModelError. Closing twice is fine."""
+        self._closed = True
+        await self._client.close()
+
+    async def __aenter__(self) -> OpenAIModelClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def _check_open(self) -> None:
+        # A round that starts while the daemon shuts down should fail like any other
+        # model failure (recorded, no traceback), not with the HTTP library's RuntimeError.
+        if self._closed:
+            raise ModelError("the model client is closed")
+
+    def _host(self) -> str:
+        """The endpoint's host and port, without any credentials or path."""
+        parts = urlsplit(self._base_url)
+        host = parts.hostname or self._base_url
+        return f"{host}:{parts.port}" if parts.port else host
+
+    @contextmanager
+    def _translate_errors(self, messages: Sequence[ModelMessage]) -> Iterator[None]:
+        """Turn SDK exceptions into ModelError / ModelTimeout with secret-free messages."""
+        try:
+            yield
+        except openai.APITimeoutError:
+            raise ModelTimeout(
+                f"model endpoint timed out after {self._settings.timeout_s:g}s"
+            ) from None
+        except openai.APIConnectionError as exc:
+            cause = exc.__cause__
+            reason = f"{type(cause).__name__}: {cause}" if cause else exc.message
+            detail = self._scrub(reason, messages)
+            raise ModelError(f"cannot reach model endpoint {self._host()}: {detail}") from None
+        except openai.APIStatusError as exc:
+            detail = self._scrub(_error_detail(exc.body), messages)
+            suffix = f": {detail}" if detail else ""
+            raise ModelError(f"model endpoint answered HTTP {exc.status_code}{suffix}") from None
+        except openai.APIResponseValidationError:
+            raise _unusable("the reply does not match the chat-completions schema") from None
+        except openai.OpenAIError as exc:
+            # Anything else from the SDK: its message may quote the request, so only
+            # the kind of failure is kept.
+            raise ModelError(f"model endpoint call failed: {type(exc).__name__}") from None
+
+    def _scrub(self, text: str, messages: Sequence[ModelMessage]) -> str:
+        """Shorten a server's text and remove the key and any echoed request text."""
+        if self._api_key:
+            text = text.replace(self._api_key, _REDACTED)
+        text = _KEY_LIKE.sub(_REDACTED, text)
+        for message in messages:
+            for value in (message.text, message.image):
+                if value and value.strip():
+                    text = text.replace(value, _REDACTED)
+        text = " ".join(text.split())
+        if len(text) > DETAIL_MAX_CHARS:
+            text = text[: DETAIL_MAX_CHARS - 1] + "…"
+        return text
+
+
+def _to_payload(message: ModelMessage) -> dict[str, Any]:
+    """Convert one ModelMessage to a chat message: plain text, or text and image parts."""
+    if message.image is None:
+        return {"role": message.role, "content": message.text}
+    return {
+        "role": message.role,
+        "content": [
+            {"type": "text", "text": message.text},
+            {"type": "image_url", "image_url": {"url": message.image}},
+        ],
+    }
+
+
+def _parse(model: type[_T], body: str) -> _T:
+    """Validate a raw JSON body; errors name where the shape broke, never the content."""
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False, include_input=False)[0]
+        if first["type"] == "json_invalid":
+            raise _unusable("the body is not JSON") from None
+        where = ".".join(str(part) for part in first["loc"]) or "the top level"
+        raise _unusable(f"unexpected shape at {where}: {first['msg']}") from None
+
+
+def _unusable(why: str) -> ModelError:
+    return ModelError(f"model endpoint returned no usable reply: {why}")
+
+
+def _error_detail(body: object) -> str:
+    """Pull a short message out of an error body: {"error": {"message": ...}} and kin."""
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict):
+            message = error.get("message") or error.get("detail") or error.get("type")
+            return str(message) if message else ""
+        if isinstance(error, str):
+            return error
+        return ""
+    if isinstance(body, str):
+        return body
+    return ""

@@ -1,0 +1,539 @@
+"""A real local HTTP server that speaks the chat-completions API, for tests and process tests.
+
+In a test::
+
+    with FakeOpenAI() as fake:
+        fake.script("hello", Fail(500), Reply("later", delay_s=0.5))
+        ...  # point a client at fake.base_url
+        assert fake.chat_requests[0].body["model"] == "m"
+
+As a process (the daemon's process tests)::
+
+    python tests/fake_openai.py --port 0 --reply "[decision:no_push]"
+    python tests/fake_openai.py --replies replies.jsonl
+
+The process prints one line, ``FAKE_OPENAI_READY http://127.0.0.1:PORT/v1``, once it
+accepts connections, and stops cleanly on SIGTERM or SIGINT. A replies file holds one
+script item per line in the JSON form that `item_from_json` reads. Control endpoints let
+a test script and inspect a running process: ``POST /_fake/script`` (a JSON list of
+items), ``POST /_fake/fail`` ({"count": N, "status": S}), ``POST /_fake/reset`` and
+``GET /_fake/requests``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import signal
+import socket
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+HOST = "127.0.0.1"
+DEFAULT_MODEL = "fake-model"
+DEFAULT_REPLY = "[decision:no_push]"
+RETRY_NOW_S = 0.001  # seconds; the SDK treats 0 as "no hint" and backs off ~0.5 s instead
+STARTUP_TIMEOUT_S = 10.0  # seconds to wait for the server to accept connections
+SHUTDOWN_TIMEOUT_S = 5.0  # seconds to wait for the server thread to finish
+STARTED_POLL_S = 0.005  # seconds between checks of uvicorn's `started` flag
+CHARS_PER_TOKEN = 4  # a rough count is enough for usage figures
+
+
+@dataclass(frozen=True)
+class Reply:
+    """Answer with this text, optionally after a delay and with a reasoning field beside it."""
+
+    text: str
+    delay_s: float = 0.0
+    reasoning: str | None = None
+    usage: bool = True
+
+
+@dataclass(frozen=True)
+class Fail:
+    """Answer with an HTTP error status.
+
+    `retry_after_s` becomes the `retry-after-ms` and `retry-after` headers (None sends
+    neither). The default is tiny so the SDK retries at once instead of backing off.
+    `message` goes into the error body, e.g. to echo what a real server might.
+    """
+
+    status: int = 500
+    retry_after_s: float | None = RETRY_NOW_S
+    delay_s: float = 0.0
+    message: str = "scripted failure"
+
+
+@dataclass(frozen=True)
+class Malformed:
+    """Answer 200 with a body that is not JSON although it says it is."""
+
+    body: str = '{"choices": [oops'
+    delay_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class EmptyChoices:
+    """Answer 200 with a well-formed completion that has no choices."""
+
+    delay_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class NullContent:
+    """Answer 200 with one choice whose message content is null."""
+
+    reasoning: str | None = None
+    delay_s: float = 0.0
+
+
+ScriptItem = Reply | Fail | Malformed | EmptyChoices | NullContent
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request the server received: headers are lower-cased, body is parsed JSON or raw text."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the request as a JSON-ready dict."""
+        return asdict(self)
+
+
+@dataclass
+class _State:
+    """Everything the handlers read and tests change; guarded by `lock`."""
+
+    default_reply: str
+    model_ids: list[str]
+    models_endpoint: bool
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    queue: deque[ScriptItem] = field(default_factory=deque)
+    requests: list[RecordedRequest] = field(default_factory=list)
+    fail_count: int = 0
+    fail_status: int = 500
+    fail_retry_after_s: float | None = RETRY_NOW_S
+
+
+def item_from_json(value: Any) -> ScriptItem:
+    """Build a script item from its JSON form (a replies-file line or a control request).
+
+    Accepted forms: ``"text"``; ``{"text": ..., "delay_s": ..., "reasoning": ...}``;
+    ``{"status": 500, "retry_after_s": ...}``; ``{"malformed": true}``;
+    ``{"empty_choices": true}``; ``{"null_content": true}``. Any of them may carry
+    ``delay_s``.
+
+    Raises:
+        ValueError: the value is none of these.
+    """
+    if isinstance(value, str):
+        return Reply(value)
+    if not isinstance(value, dict):
+        raise ValueError(f"script item must be a string or an object, not {value!r}")
+    delay_s = float(value.get("delay_s", 0.0))
+    if "text" in value:
+        return Reply(
+            str(value["text"]),
+            delay_s=delay_s,
+            reasoning=value.get("reasoning"),
+            usage=bool(value.get("usage", True)),
+        )
+    if "status" in value:
+        retry = value.get("retry_after_s", RETRY_NOW_S)
+        return Fail(
+            int(value["status"]),
+            None if retry is None else float(retry),
+            delay_s,
+            str(value.get("message", "scripted failure")),
+        )
+    if value.get("malformed"):
+        return Malformed(delay_s=delay_s)
+    if value.get("empty_choices"):
+        return EmptyChoices(delay_s=delay_s)
+    if value.get("null_content"):
+        return NullContent(reasoning=value.get("reasoning"), delay_s=delay_s)
+    raise ValueError(f"unknown script item {value!r}")
+
+
+def load_replies(path: Path) -> list[ScriptItem]:
+    """Read a replies file: one JSON script item per line; blank lines and # comments skipped."""
+    items = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            items.append(item_from_json(json.loads(line)))
+    return items
+
+
+def rough_tokens(text: str) -> int:
+    """Count tokens the way a fake may: about four characters each, at least one."""
+    return max(1, round(len(text) / CHARS_PER_TOKEN))
+
+
+def _message_text(message: Any) -> str:
+    """Return the text of a chat message, whether its content is a string or a list of parts."""
+    if not isinstance(message, dict):
+        return ""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return ""
+
+
+def _retry_headers(retry_after_s: float | None) -> dict[str, str]:
+    if retry_after_s is None:
+        return {}
+    return {
+        "retry-after-ms": f"{retry_after_s * 1000:g}",
+        "retry-after": f"{retry_after_s:g}",
+    }
+
+
+class FakeOpenAI:
+    """A chat-completions server on 127.0.0.1 and a random free port, run in a thread.
+
+    Scripted items are answered in order; once the queue is empty every chat request
+    gets `default_reply`. `fail_next` makes the next requests (chat or models) fail
+    before the queue is touched. Every request is recorded, failed ones included.
+    """
+
+    def __init__(
+        self,
+        *,
+        default_reply: str = DEFAULT_REPLY,
+        model_ids: Iterable[str] = (DEFAULT_MODEL,),
+        models_endpoint: bool = True,
+        port: int = 0,
+    ) -> None:
+        """Prepare the server; `start()` (or `with`) runs it.
+
+        Args:
+            default_reply: the text answered when no scripted item is queued.
+            model_ids: the models `GET /v1/models` lists.
+            models_endpoint: False makes `GET /v1/models` answer 404, like some local servers.
+            port: the port to bind; 0 picks a free one.
+        """
+        self._state = _State(default_reply, list(model_ids), models_endpoint)
+        self._initial = (default_reply, models_endpoint)
+        self._requested_port = port
+        self._ids = itertools.count(1)
+        self._socket: socket.socket | None = None
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closing: asyncio.Event | None = None
+        self.port = 0
+        self.app = Starlette(
+            routes=[
+                Route("/v1/chat/completions", self._chat, methods=["POST"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+                Route("/_fake/script", self._control_script, methods=["POST"]),
+                Route("/_fake/fail", self._control_fail, methods=["POST"]),
+                Route("/_fake/reset", self._control_reset, methods=["POST"]),
+                Route("/_fake/requests", self._control_requests, methods=["GET"]),
+            ]
+        )
+
+    # -- scripting and inspection -------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        """The base URL a client uses, e.g. ``http://127.0.0.1:PORT/v1``."""
+        return f"http://{HOST}:{self.port}/v1"
+
+    @property
+    def default_reply(self) -> str:
+        """The text answered when the queue is empty."""
+        return self._state.default_reply
+
+    @default_reply.setter
+    def default_reply(self, text: str) -> None:
+        with self._state.lock:
+            self._state.default_reply = text
+
+    @property
+    def models_endpoint(self) -> bool:
+        """Whether `GET /v1/models` is served (False answers 404)."""
+        return self._state.models_endpoint
+
+    @models_endpoint.setter
+    def models_endpoint(self, enabled: bool) -> None:
+        with self._state.lock:
+            self._state.models_endpoint = enabled
+
+    def script(self, *items: ScriptItem | str) -> None:
+        """Queue replies for the next chat requests; a plain string is `Reply(text)`."""
+        with self._state.lock:
+            self._state.queue.extend(Reply(i) if isinstance(i, str) else i for i in items)
+
+    def fail_next(
+        self, count: int, status: int = 500, *, retry_after_s: float | None = RETRY_NOW_S
+    ) -> None:
+        """Answer the next `count` requests (chat or models) with HTTP `status`."""
+        with self._state.lock:
+            self._state.fail_count = count
+            self._state.fail_status = status
+            self._state.fail_retry_after_s = retry_after_s
+
+    @property
+    def pending(self) -> int:
+        """How many scripted items have not been used yet."""
+        with self._state.lock:
+            return len(self._state.queue)
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every request received so far, oldest first."""
+        with self._state.lock:
+            return list(self._state.requests)
+
+    @property
+    def chat_requests(self) -> list[RecordedRequest]:
+        """The chat-completion requests received so far, oldest first."""
+        return [r for r in self.requests if r.path == "/v1/chat/completions"]
+
+    def reset(self) -> None:
+        """Forget requests, script and pending failures; restore the constructor's settings."""
+        with self._state.lock:
+            self._state.queue.clear()
+            self._state.requests.clear()
+            self._state.fail_count = 0
+            self._state.default_reply, self._state.models_endpoint = self._initial
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> FakeOpenAI:
+        """Bind, serve in a background thread, and return once connections are accepted.
+
+        Raises:
+            RuntimeError: the server did not come up within STARTUP_TIMEOUT_S.
+        """
+        if self._thread is not None:
+            raise RuntimeError("the fake server is already running")
+        # Binding here, before the thread starts, makes the port known and reserved at once.
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((HOST, self._requested_port))
+        self._socket = sock
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            self.app,
+            loop="asyncio",
+            http="h11",
+            ws="none",
+            lifespan="off",
+            log_config=None,  # leave the test process's logging configuration alone
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=1,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._run, name="fake-openai", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("the fake OpenAI server did not start")
+            time.sleep(STARTED_POLL_S)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving; pending delayed replies are cut short so shutdown stays quick."""
+        if self._server is not None:
+            self._server.should_exit = True
+        loop, closing = self._loop, self._closing
+        if loop is not None and closing is not None:
+            with contextlib.suppress(RuntimeError):  # the loop may have closed already
+                loop.call_soon_threadsafe(closing.set)
+        if self._thread is not None:
+            self._thread.join(SHUTDOWN_TIMEOUT_S)
+        if self._socket is not None:
+            self._socket.close()
+        self._server = self._thread = self._socket = None
+        self._loop = self._closing = None
+
+    def __enter__(self) -> FakeOpenAI:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        assert self._server is not None and self._socket is not None
+        self._loop = asyncio.get_running_loop()
+        self._closing = asyncio.Event()
+        await self._server.serve(sockets=[self._socket])
+
+    # -- handlers -----------------------------------------------------------------------
+
+    async def _record(self, request: Request) -> RecordedRequest:
+        raw = (await request.body()).decode("utf-8", errors="replace")
+        body: Any = None
+        if raw:
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                body = raw
+        recorded = RecordedRequest(
+            method=request.method,
+            path=request.url.path,
+            headers={k.lower(): v for k, v in request.headers.items()},
+            body=body,
+        )
+        with self._state.lock:
+            self._state.requests.append(recorded)
+        return recorded
+
+    def _take_failure(self) -> Fail | None:
+        with self._state.lock:
+            if self._state.fail_count <= 0:
+                return None
+            self._state.fail_count -= 1
+            return Fail(self._state.fail_status, self._state.fail_retry_after_s)
+
+    async def _pause(self, delay_s: float) -> None:
+        if delay_s <= 0 or self._closing is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._closing.wait(), delay_s)
+
+    async def _chat(self, request: Request) -> Response:
+        recorded = await self._record(request)
+        failure = self._take_failure()
+        if failure is not None:
+            return _error(failure.status, _retry_headers(failure.retry_after_s))
+        if not isinstance(recorded.body, dict):
+            return _error(400, {}, "request body is not a JSON object")
+        with self._state.lock:
+            item: ScriptItem = (
+                self._state.queue.popleft()
+                if self._state.queue
+                else Reply(self._state.default_reply)
+            )
+        await self._pause(item.delay_s)
+        if isinstance(item, Fail):
+            return _error(item.status, _retry_headers(item.retry_after_s), item.message)
+        if isinstance(item, Malformed):
+            return Response(item.body, media_type="application/json")
+        completion: dict[str, Any] = {
+            "id": f"chatcmpl-fake-{next(self._ids)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": recorded.body.get("model", DEFAULT_MODEL),
+            "choices": [],
+        }
+        if isinstance(item, EmptyChoices):
+            return JSONResponse(completion)
+        text = item.text if isinstance(item, Reply) else None
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if item.reasoning is not None:
+            message["reasoning_content"] = item.reasoning
+        completion["choices"] = [{"index": 0, "message": message, "finish_reason": "stop"}]
+        if not isinstance(item, Reply) or item.usage:
+            prompt = " ".join(_message_text(m) for m in recorded.body.get("messages") or [])
+            completion_tokens = rough_tokens(text) if text else 0
+            completion["usage"] = {
+                "prompt_tokens": rough_tokens(prompt),
+                "completion_tokens": completion_tokens,
+                "total_tokens": rough_tokens(prompt) + completion_tokens,
+            }
+        return JSONResponse(completion)
+
+    async def _models(self, request: Request) -> Response:
+        await self._record(request)
+        failure = self._take_failure()
+        if failure is not None:
+            return _error(failure.status, _retry_headers(failure.retry_after_s))
+        with self._state.lock:
+            enabled, ids = self._state.models_endpoint, list(self._state.model_ids)
+        if not enabled:
+            return _error(404, {}, "not found")
+        data = [{"id": i, "object": "model", "created": 0, "owned_by": "fake"} for i in ids]
+        return JSONResponse({"object": "list", "data": data})
+
+    async def _control_script(self, request: Request) -> Response:
+        try:
+            items = [item_from_json(v) for v in json.loads(await request.body())]
+        except (ValueError, TypeError) as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        self.script(*items)
+        return JSONResponse({"pending": self.pending})
+
+    async def _control_fail(self, request: Request) -> Response:
+        spec = json.loads(await request.body())
+        retry = spec.get("retry_after_s", RETRY_NOW_S)
+        self.fail_next(int(spec["count"]), int(spec.get("status", 500)), retry_after_s=retry)
+        return JSONResponse({"ok": True})
+
+    async def _control_reset(self, request: Request) -> Response:
+        self.reset()
+        return JSONResponse({"ok": True})
+
+    async def _control_requests(self, request: Request) -> Response:
+        return JSONResponse([r.to_json() for r in self.requests])
+
+
+def _error(status: int, headers: dict[str, str], message: str = "scripted failure") -> Response:
+    body = {"error": {"message": message, "type": "fake_error", "code": str(status)}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the fake server as a process until SIGTERM or SIGINT."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one")
+    parser.add_argument("--reply", default=DEFAULT_REPLY, help="default reply text")
+    parser.add_argument("--replies", type=Path, help="JSON Lines file of scripted items")
+    parser.add_argument("--model", action="append", help="a model id /v1/models lists")
+    parser.add_argument("--no-models", action="store_true", help="answer 404 on /v1/models")
+    args = parser.parse_args(argv)
+
+    fake = FakeOpenAI(
+        default_reply=args.reply,
+        model_ids=args.model or [DEFAULT_MODEL],
+        models_endpoint=not args.no_models,
+        port=args.port,
+    )
+    if args.replies is not None:
+        fake.script(*load_replies(args.replies))
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    with fake:
+        print(f"FAKE_OPENAI_READY {fake.base_url}", flush=True)
+        stop.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
