@@ -11,7 +11,7 @@ from pathlib import Path
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backthink.config import Settings
-from backthink.errors import ConfigError, ModelNotConfigured
+from backthink.errors import ConfigError, ModelNotConfiguredError
 from backthink.model_client import OpenAIModelClient
 from backthink.prompts import PromptBook
 from backthink.round import Thinker
@@ -42,8 +42,10 @@ def read_persona_prompt(settings: Settings) -> str:
     path = settings.persona.prompt_file
     if path is None:
         name = settings.persona.name or settings.persona.id
-        return f"You are {name}, a warm AI companion." if settings.prompt.language == "en" else (
-            f"你是{name}，一位温暖的 AI 伙伴。"
+        return (
+            f"You are {name}, a warm AI companion."
+            if settings.prompt.language == "en"
+            else (f"你是{name}，一位温暖的 AI 伙伴。")
         )
     try:
         return Path(path).read_text(encoding="utf-8")
@@ -73,7 +75,7 @@ async def open_app(settings: Settings) -> AsyncIterator[App]:
     model: OpenAIModelClient | None
     try:
         model = OpenAIModelClient(settings.model)
-    except ModelNotConfigured:
+    except ModelNotConfiguredError:
         model = None
     clock = SystemClock()
     thinker = Thinker(

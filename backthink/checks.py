@@ -6,13 +6,13 @@ from sqlalchemy.engine import make_url
 
 from backthink.app import MODEL_MISSING_HINT, read_persona_prompt
 from backthink.config import Settings
-from backthink.errors import BackthinkError, ModelNotConfigured
+from backthink.errors import BackthinkError, ModelNotConfiguredError
 from backthink.model_client import OpenAIModelClient
 from backthink.prompts import PromptBook
 from backthink.store import open_store
 
 
-class CheckFailed(BackthinkError):
+class CheckError(BackthinkError):
     """A check found a problem; the message names it."""
 
 
@@ -20,14 +20,14 @@ async def run_checks(settings: Settings) -> list[str]:
     """Run every check in order and return one line per check that passed.
 
     Raises:
-        CheckFailed: the first problem, as one line naming what is wrong.
+        CheckError: the first problem, as one line naming what is wrong.
     """
     lines: list[str] = []
     try:
         PromptBook.load(settings.prompt.dir, settings.prompt.language)
         read_persona_prompt(settings)
     except BackthinkError as exc:
-        raise CheckFailed(f"prompts: {exc}") from None
+        raise CheckError(f"prompts: {exc}") from None
     lines.append(f"prompts: {settings.prompt.dir} ({settings.prompt.language})")
 
     safe_url = make_url(settings.database.url).render_as_string(hide_password=True)
@@ -38,17 +38,17 @@ async def run_checks(settings: Settings) -> list[str]:
         finally:
             await engine.dispose()
     except BackthinkError as exc:
-        raise CheckFailed(f"database {safe_url}: {exc}") from None
+        raise CheckError(f"database {safe_url}: {exc}") from None
     lines.append(f"database: {safe_url}")
 
     try:
         client = OpenAIModelClient(settings.model)
-    except ModelNotConfigured:
-        raise CheckFailed(f"model: {MODEL_MISSING_HINT}") from None
+    except ModelNotConfiguredError:
+        raise CheckError(f"model: {MODEL_MISSING_HINT}") from None
     try:
         detail = await client.probe()
     except BackthinkError as exc:
-        raise CheckFailed(f"model: {exc}") from None
+        raise CheckError(f"model: {exc}") from None
     finally:
         await client.close()
     lines.append(f"model: {settings.model.name} at {settings.model.base_url} ({detail})")

@@ -58,9 +58,13 @@ def main_options(
     ctx: typer.Context,
     config: Annotated[
         Path | None,
-        typer.Option("--config", help="Config file (default: $BACKTHINK_CONFIG or config/backthink.toml)."),
+        typer.Option(
+            "--config", help="Config file (default: $BACKTHINK_CONFIG or config/backthink.toml)."
+        ),
     ] = None,
-    owner: Annotated[str | None, typer.Option("--owner", help="Owner id (default: owner.id).")] = None,
+    owner: Annotated[
+        str | None, typer.Option("--owner", help="Owner id (default: owner.id).")
+    ] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.")] = False,
 ) -> None:
     """backthink: gives an AI companion a life between conversations."""
@@ -82,8 +86,12 @@ def run(ctx: typer.Context) -> None:
 @app.command()
 def think(
     ctx: typer.Context,
-    trigger: Annotated[str, typer.Option("--trigger", help="heartbeat, startup, cron or free text.")] = "heartbeat",
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the exact request; call nothing.")] = False,
+    trigger: Annotated[
+        str, typer.Option("--trigger", help="heartbeat, startup, cron or free text.")
+    ] = "heartbeat",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the exact request; call nothing.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Run one round now and record it."""
@@ -114,7 +122,12 @@ def think(
     record = result
     if as_json:
         summary = record.summary()
-        _print_json({k: summary[k] for k in ("round_id", "trigger", "outcome", "reason", "channel", "decision")})
+        _print_json(
+            {
+                k: summary[k]
+                for k in ("round_id", "trigger", "outcome", "reason", "channel", "decision")
+            }
+        )
     else:
         _print_round(record)
     if record.outcome.value == "failed":
@@ -122,7 +135,9 @@ def think(
 
 
 def _print_round(record: RoundRecord) -> None:
-    typer.echo(f"round {record.id[:12]} ({record.trigger}): {record.outcome.value} / {record.reason}")
+    typer.echo(
+        f"round {record.id[:12]} ({record.trigger}): {record.outcome.value} / {record.reason}"
+    )
     if record.push is not None:
         decided = "push" if record.push else "no push"
         channel = record.decided_channel or "auto"
@@ -135,7 +150,9 @@ def _print_round(record: RoundRecord) -> None:
     if record.prompt_tokens is not None or record.latency_ms is not None:
         typer.echo(
             f"model: {record.model}, tokens {record.prompt_tokens}/{record.completion_tokens}, "
-            f"{record.latency_ms:.0f} ms" if record.latency_ms is not None else f"model: {record.model}"
+            f"{record.latency_ms:.0f} ms"
+            if record.latency_ms is not None
+            else f"model: {record.model}"
         )
     for note in record.notes:
         typer.echo(f"note: {note}")
@@ -147,7 +164,9 @@ def messages_add(
     role: Annotated[str, typer.Option("--role", help="user, assistant or system.")],
     text: Annotated[str, typer.Option("--text", help="The message text.")],
     channel: Annotated[str | None, typer.Option("--channel")] = None,
-    speaker: Annotated[str | None, typer.Option("--speaker", help="Persona id of an assistant message.")] = None,
+    speaker: Annotated[
+        str | None, typer.Option("--speaker", help="Persona id of an assistant message.")
+    ] = None,
     image: Annotated[str | None, typer.Option("--image", help="Image URL or data URI.")] = None,
     at: Annotated[str | None, typer.Option("--at", help="ISO 8601 time (default: now).")] = None,
 ) -> None:
@@ -158,12 +177,22 @@ def messages_add(
 
     c: Context = ctx.obj
     settings = c.settings()
-    data: dict[str, Any] = {"role": role, "text": text, "channel": channel, "speaker": speaker,
-                            "image": image}
+    data: dict[str, Any] = {
+        "role": role,
+        "text": text,
+        "channel": channel,
+        "speaker": speaker,
+        "image": image,
+    }
     if at is not None:
         data["at"] = at
-    message = parse_one(data, where="messages add", owner_id=c.owner_id(settings),
-                        now=SystemClock().now(), tz=settings.owner.tz)
+    message = parse_one(
+        data,
+        where="messages add",
+        owner_id=c.owner_id(settings),
+        now=SystemClock().now(),
+        tz=settings.owner.tz,
+    )
 
     async def go() -> int | None:
         engine, store, _ = await open_store(settings.database.url)
@@ -178,7 +207,10 @@ def messages_add(
 @messages_app.command("import")
 def messages_import(
     ctx: typer.Context,
-    file: Annotated[Path, typer.Argument(help="JSON Lines: role, text, and optional channel, speaker, image, at.")],
+    file: Annotated[
+        Path,
+        typer.Argument(help="JSON Lines: role, text, and optional channel, speaker, image, at."),
+    ],
 ) -> None:
     """Import messages from a JSON Lines file, all or nothing."""
     from backthink.app import SystemClock
@@ -191,8 +223,13 @@ def messages_import(
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{file}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
-    parsed = parse_jsonl(text.splitlines(), source=str(file), owner_id=c.owner_id(settings),
-                         now=SystemClock().now(), tz=settings.owner.tz)
+    parsed = parse_jsonl(
+        text.splitlines(),
+        source=str(file),
+        owner_id=c.owner_id(settings),
+        now=SystemClock().now(),
+        tz=settings.owner.tz,
+    )
 
     async def go() -> int:
         engine, store, _ = await open_store(settings.database.url)
@@ -232,26 +269,40 @@ def rounds(
 
 def render_rounds_table(records: list[RoundRecord], settings: Settings) -> str:
     """Render rounds as a readable fixed-width table in the owner's time zone."""
-    header = ("started", "round", "trigger", "outcome", "reason", "channel", "urgency", "tokens", "ms")
+    header = (
+        "started",
+        "round",
+        "trigger",
+        "outcome",
+        "reason",
+        "channel",
+        "urgency",
+        "tokens",
+        "ms",
+    )
     rows = [header]
     for r in records:
         tokens = "-" if r.prompt_tokens is None else f"{r.prompt_tokens}/{r.completion_tokens}"
-        rows.append((
-            r.started_at.astimezone(settings.owner.tz).strftime("%m-%d %H:%M:%S"),
-            r.id[:8],
-            r.trigger if len(r.trigger) <= 16 else r.trigger[:15] + "…",
-            r.outcome.value,
-            r.reason,
-            r.channel or "-",
-            r.urgency.value if r.urgency else "-",
-            tokens,
-            "-" if r.latency_ms is None else f"{r.latency_ms:.0f}",
-        ))
+        rows.append(
+            (
+                r.started_at.astimezone(settings.owner.tz).strftime("%m-%d %H:%M:%S"),
+                r.id[:8],
+                r.trigger if len(r.trigger) <= 16 else r.trigger[:15] + "…",
+                r.outcome.value,
+                r.reason,
+                r.channel or "-",
+                r.urgency.value if r.urgency else "-",
+                tokens,
+                "-" if r.latency_ms is None else f"{r.latency_ms:.0f}",
+            )
+        )
     if len(rows) == 1:
         return "no rounds yet"
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-                     for row in rows)
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
 
 
 @app.command()

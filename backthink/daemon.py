@@ -20,7 +20,11 @@ async def run_daemon(settings: Settings, *, owner_id: str) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     async with open_app(settings) as app:
-        log.info("daemon.started", owner_id=owner_id, heartbeat_s=settings.schedule.heartbeat.total_seconds())
+        log.info(
+            "daemon.started",
+            owner_id=owner_id,
+            heartbeat_s=settings.schedule.heartbeat.total_seconds(),
+        )
         if app.model is None:
             log.warning("daemon.model_missing", hint=MODEL_MISSING_HINT)
         rounds = 0

@@ -31,13 +31,13 @@ class ModelError(BackthinkError):
     reason = "model_error"
 
 
-class ModelTimeout(ModelError):
+class ModelTimeoutError(ModelError):
     """The model endpoint did not answer within the configured timeout."""
 
     reason = "model_timeout"
 
 
-class ModelNotConfigured(ModelError):
+class ModelNotConfiguredError(ModelError):
     """No model endpoint is configured, so no round can think."""
 
 

@@ -65,7 +65,7 @@ def parse_jsonl(
         try:
             data: Any = json.loads(line)
         except ValueError as exc:
-            raise InputError(f"{source}:{number}: not valid JSON ({exc.msg})") from None
+            raise InputError(f"{source}:{number}: not valid JSON ({exc})") from None
         if not isinstance(data, dict):
             raise InputError(f"{source}:{number}: expected a JSON object")
         out.append(parse_one(data, where=f"{source}:{number}", owner_id=owner_id, now=now, tz=tz))

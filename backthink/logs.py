@@ -9,7 +9,9 @@ from typing import TextIO
 import structlog
 
 
-def configure(*, stream: TextIO | None = None, json: bool | None = None, debug: bool = False) -> None:
+def configure(
+    *, stream: TextIO | None = None, json: bool | None = None, debug: bool = False
+) -> None:
     """Configure structlog once for the process.
 
     Args:
@@ -33,7 +35,9 @@ def configure(*, stream: TextIO | None = None, json: bool | None = None, debug: 
             structlog.processors.dict_tracebacks if json else structlog.processors.format_exc_info,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG if debug else logging.INFO),
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.DEBUG if debug else logging.INFO
+        ),
         logger_factory=structlog.PrintLoggerFactory(file=stream),
         cache_logger_on_first_use=False,
     )

@@ -15,7 +15,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from backthink.config import ModelSettings
-from backthink.errors import ModelError, ModelNotConfigured, ModelTimeout
+from backthink.errors import ModelError, ModelNotConfiguredError, ModelTimeoutError
 from backthink.models import ModelMessage, ModelReply
 
 PLACEHOLDER_API_KEY = "not-needed"
@@ -93,10 +93,10 @@ class OpenAIModelClient:
                 no endpoint is configured.
 
         Raises:
-            ModelNotConfigured: `settings.base_url` is not set.
+            ModelNotConfiguredError: `settings.base_url` is not set.
         """
         if settings.base_url is None:
-            raise ModelNotConfigured(
+            raise ModelNotConfiguredError(
                 "no model endpoint configured: set model.base_url in "
                 f"{config_location} or BACKTHINK_MODEL__BASE_URL"
             )
@@ -125,7 +125,7 @@ class OpenAIModelClient:
         waits for.
 
         Raises:
-            ModelTimeout: the endpoint did not answer within `timeout_s`.
+            ModelTimeoutError: the endpoint did not answer within `timeout_s`.
             ModelError: HTTP error, refused connection, or a reply with no usable text.
         """
         self._check_open()
@@ -168,7 +168,7 @@ class OpenAIModelClient:
             One short line describing what the endpoint said.
 
         Raises:
-            ModelTimeout: the endpoint did not answer within `timeout_s`.
+            ModelTimeoutError: the endpoint did not answer within `timeout_s`.
             ModelError: any other failure.
         """
         self._check_open()
@@ -229,11 +229,11 @@ class OpenAIModelClient:
 
     @contextmanager
     def _translate_errors(self, messages: Sequence[ModelMessage]) -> Iterator[None]:
-        """Turn SDK exceptions into ModelError / ModelTimeout with secret-free messages."""
+        """Turn SDK exceptions into ModelError / ModelTimeoutError with secret-free messages."""
         try:
             yield
         except openai.APITimeoutError:
-            raise ModelTimeout(
+            raise ModelTimeoutError(
                 f"model endpoint timed out after {self._settings.timeout_s:g}s"
             ) from None
         except openai.APIConnectionError as exc:

@@ -11,7 +11,14 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
-from backthink.models import MAIN_SESSION, Message, ModelMessage, ModelReply, RoundRecord, StateReading
+from backthink.models import (
+    MAIN_SESSION,
+    Message,
+    ModelMessage,
+    ModelReply,
+    RoundRecord,
+    StateReading,
+)
 
 
 class Clock(Protocol):
@@ -76,7 +83,7 @@ class ModelClient(Protocol):
         """Run one round.
 
         Raises:
-            ModelTimeout: the endpoint did not answer in time.
+            ModelTimeoutError: the endpoint did not answer in time.
             ModelError: any other failure, including a reply with no usable text.
         """
         ...

@@ -100,8 +100,15 @@ def test_attribution_only_adds_system_messages(items: list[tuple[str, str, str |
     recent = [msg(r, t, s) for r, t, s in items]
     out = conversation(recent, persona_id="a", names={"a": "Ann"})
     plain = conversation([msg(r, t) for r, t, _ in items], persona_id="a", names={})
-    kept = [m for m in out if not (m.role == "system" and m.text.startswith(
-        (ROLE_CONTEXT_MARKER, SPEAKER_SWITCH_MARKER)) and m not in plain)]
+    kept = [
+        m
+        for m in out
+        if not (
+            m.role == "system"
+            and m.text.startswith((ROLE_CONTEXT_MARKER, SPEAKER_SWITCH_MARKER))
+            and m not in plain
+        )
+    ]
     assert kept == plain
     added = len(out) - len(plain)
     labelled = any(r == "assistant" and s and s.strip() for r, _, s in items)
@@ -119,6 +126,7 @@ def test_user_text_is_never_touched(text: str) -> None:
 
 def test_image_only_on_user_messages() -> None:
     """Endpoints reject image parts outside user messages, so others drop them."""
-    out = conversation([msg("assistant", "drew this", image="https://x/y.png")], persona_id="a",
-                       names={})
+    out = conversation(
+        [msg("assistant", "drew this", image="https://x/y.png")], persona_id="a", names={}
+    )
     assert out == [ModelMessage(role="assistant", text="drew this")]

@@ -114,8 +114,16 @@ def test_settings_are_frozen(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("90s", 90), ("30m", 1800), ("2h", 7200), ("1h30m", 5400), ("1d", 86400), ("45", 45),
-     (12, 12), ("500ms", 0.5)],
+    [
+        ("90s", 90),
+        ("30m", 1800),
+        ("2h", 7200),
+        ("1h30m", 5400),
+        ("1d", 86400),
+        ("45", 45),
+        (12, 12),
+        ("500ms", 0.5),
+    ],
 )
 def test_durations(text: str | int, seconds: float) -> None:
     """Durations accept the documented spellings."""

@@ -27,7 +27,7 @@ from fake_openai import (
 from pydantic import SecretStr
 
 from backthink.config import ModelSettings
-from backthink.errors import ModelError, ModelNotConfigured, ModelTimeout
+from backthink.errors import ModelError, ModelNotConfiguredError, ModelTimeoutError
 from backthink.model_client import PLACEHOLDER_API_KEY, OpenAIModelClient
 from backthink.models import ModelMessage
 
@@ -208,7 +208,7 @@ async def test_server_error_without_retries_fails(
     with pytest.raises(ModelError, match=r"^model endpoint answered HTTP 500") as caught:
         await within(make_client(max_retries=0).complete(MESSAGES))
 
-    assert not isinstance(caught.value, ModelTimeout)
+    assert not isinstance(caught.value, ModelTimeoutError)
     assert len(fake.chat_requests) == 1
 
 
@@ -228,10 +228,10 @@ async def test_rate_limit_with_retry_after_is_retried_promptly(
 
 
 async def test_slow_endpoint_times_out(fake: FakeOpenAI, make_client: ClientFactory) -> None:
-    """A reply slower than timeout_s raises ModelTimeout naming the timeout."""
+    """A reply slower than timeout_s raises ModelTimeoutError naming the timeout."""
     fake.script(Reply("too late", delay_s=5.0))
 
-    with pytest.raises(ModelTimeout, match=r"^model endpoint timed out after 0\.3s$"):
+    with pytest.raises(ModelTimeoutError, match=r"^model endpoint timed out after 0\.3s$"):
         await within(make_client(timeout_s=0.3, max_retries=0).complete(MESSAGES))
 
 
@@ -264,7 +264,7 @@ async def test_unusable_reply_is_model_error(
         await within(make_client().complete(MESSAGES))
 
     assert str(caught.value).startswith(f"model endpoint returned no usable reply: {why}")
-    assert not isinstance(caught.value, ModelTimeout)
+    assert not isinstance(caught.value, ModelTimeoutError)
 
 
 @pytest.mark.parametrize(
@@ -308,7 +308,7 @@ async def test_status_error_keeps_a_short_detail(
 
 def test_missing_base_url_is_not_configured() -> None:
     """Without a base_url the client refuses to build and says where to set it."""
-    with pytest.raises(ModelNotConfigured) as caught:
+    with pytest.raises(ModelNotConfiguredError) as caught:
         OpenAIModelClient(ModelSettings(), config_location="config/backthink.toml")
 
     assert str(caught.value) == (

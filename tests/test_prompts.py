@@ -32,8 +32,16 @@ STATE = RoundState(
 
 def render(lang: str, trigger: str, state: RoundState | None) -> str:
     book = PromptBook.load(PROMPTS, lang)  # type: ignore[arg-type]
-    return render_prompt(book, trigger=trigger, at=AT, tz=SH, state=state,
-                         channels=["web", "phone"], persona_name="昔涟", owner_name="开拓者")
+    return render_prompt(
+        book,
+        trigger=trigger,
+        at=AT,
+        tz=SH,
+        state=state,
+        channels=["web", "phone"],
+        persona_name="昔涟",
+        owner_name="开拓者",
+    )
 
 
 @pytest.mark.parametrize("lang", ["zh", "en"])
@@ -76,10 +84,26 @@ def test_unknown_state_leaves_block_out() -> None:
 def test_stable_prefix_between_heartbeats() -> None:
     """Two heartbeats an hour apart differ only in the last lines."""
     book = PromptBook.load(PROMPTS, "zh")
-    a = render_prompt(book, trigger="heartbeat", at=AT, tz=SH, state=None, channels=["web"],
-                      persona_name="p", owner_name="o")
-    b = render_prompt(book, trigger="heartbeat", at=AT + timedelta(hours=1), tz=SH, state=None,
-                      channels=["web"], persona_name="p", owner_name="o")
+    a = render_prompt(
+        book,
+        trigger="heartbeat",
+        at=AT,
+        tz=SH,
+        state=None,
+        channels=["web"],
+        persona_name="p",
+        owner_name="o",
+    )
+    b = render_prompt(
+        book,
+        trigger="heartbeat",
+        at=AT + timedelta(hours=1),
+        tz=SH,
+        state=None,
+        channels=["web"],
+        persona_name="p",
+        owner_name="o",
+    )
     prefix = len(_common_prefix(a, b))
     assert prefix > 0.9 * len(a)
 

@@ -9,11 +9,17 @@ from pathlib import Path
 import pytest
 
 from backthink.config import Settings
-from backthink.errors import ModelError, ModelTimeout, StoreError
+from backthink.errors import ModelError, ModelTimeoutError, StoreError
 from backthink.models import Availability, Message, ModelMessage, Outcome, RoundState
 from backthink.prompts import PromptBook
 from backthink.round import Thinker
-from backthink.testing import FakeClock, MemoryMessageStore, MemoryRoundStore, ScriptedModel, StaticState
+from backthink.testing import (
+    FakeClock,
+    MemoryMessageStore,
+    MemoryRoundStore,
+    ScriptedModel,
+    StaticState,
+)
 
 PROMPTS = Path(__file__).resolve().parent.parent / "config/prompts"
 T0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)  # 10:00 in Shanghai
@@ -21,12 +27,14 @@ PUSH = "[我决定:push]\n[紧急:warning]\n记得十点的组会哦。"
 
 
 def settings(**gate: object) -> Settings:
-    return Settings.model_validate({
-        "owner": {"id": "o", "name": "开拓者", "timezone": "Asia/Shanghai"},
-        "persona": {"id": "cyrene", "name": "昔涟"},
-        "prompt": {"dir": str(PROMPTS)},
-        "gate": gate,
-    })
+    return Settings.model_validate(
+        {
+            "owner": {"id": "o", "name": "开拓者", "timezone": "Asia/Shanghai"},
+            "persona": {"id": "cyrene", "name": "昔涟"},
+            "prompt": {"dir": str(PROMPTS)},
+            "gate": gate,
+        }
+    )
 
 
 class BrokenStore(MemoryMessageStore):
@@ -36,8 +44,13 @@ class BrokenStore(MemoryMessageStore):
         raise StoreError("database is locked")
 
 
-def make(model: ScriptedModel | None, *, store: MemoryMessageStore | None = None,
-         state: RoundState | None = None, s: Settings | None = None) -> tuple[Thinker, MemoryRoundStore]:
+def make(
+    model: ScriptedModel | None,
+    *,
+    store: MemoryMessageStore | None = None,
+    state: RoundState | None = None,
+    s: Settings | None = None,
+) -> tuple[Thinker, MemoryRoundStore]:
     s = s or settings()
     rounds = MemoryRoundStore()
     thinker = Thinker(
@@ -55,8 +68,15 @@ def make(model: ScriptedModel | None, *, store: MemoryMessageStore | None = None
 
 async def seed(store: MemoryMessageStore, items: Sequence[tuple[str, str, str | None]]) -> None:
     for i, (role, text, speaker) in enumerate(items):
-        await store.add(Message(owner_id="o", role=role, text=text, speaker=speaker,
-                                created_at=T0 - timedelta(minutes=60 - i)))
+        await store.add(
+            Message(
+                owner_id="o",
+                role=role,
+                text=text,
+                speaker=speaker,
+                created_at=T0 - timedelta(minutes=60 - i),
+            )
+        )
 
 
 async def test_request_order_and_placement() -> None:
@@ -95,7 +115,7 @@ async def test_recent_window_is_limited() -> None:
     ("reply", "outcome", "reason"),
     [
         ("[我决定:no_push]", Outcome.SUPPRESSED, "no_push"),
-        ("无", Outcome.SUPPRESSED, "parse_failed"),
+        ("无", Outcome.SUPPRESSED, "no_push"),
         ("I think I should say hi.", Outcome.SUPPRESSED, "parse_failed"),
         ("[我决定:push]\n", Outcome.SUPPRESSED, "empty_body"),
         ("[我决定:push]\n" + "长" * 700, Outcome.SUPPRESSED, "body_too_long"),
@@ -119,8 +139,10 @@ async def test_push_decision_is_recorded() -> None:
     assert record.prompt_tokens and record.completion_tokens
 
 
-@pytest.mark.parametrize(("error", "reason"), [(ModelTimeout("slow"), "model_timeout"),
-                                               (ModelError("HTTP 500"), "model_error")])
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [(ModelTimeoutError("slow"), "model_timeout"), (ModelError("HTTP 500"), "model_error")],
+)
 async def test_model_failures(error: ModelError, reason: str) -> None:
     """A failing model ends the round failed with the right reason and the error noted."""
     thinker, rounds = make(ScriptedModel(error))

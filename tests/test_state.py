@@ -23,11 +23,17 @@ def provider(tmp_path: Path, doc: object | str | None) -> FileStateProvider:
 
 def test_fresh_state(tmp_path: Path) -> None:
     """A fresh document is known, with every field parsed and unknown keys ignored."""
-    reading = provider(tmp_path, {
-        "updated_at": "2026-11-30T15:00:00+08:00", "availability": "dnd",
-        "device": {"battery": "23%"}, "schedule": [{"at": "2026-11-30T10:00:00+08:00", "title": "x"}],
-        "notes": ["n"], "extra": 1,
-    }).read(AT)
+    reading = provider(
+        tmp_path,
+        {
+            "updated_at": "2026-11-30T15:00:00+08:00",
+            "availability": "dnd",
+            "device": {"battery": "23%"},
+            "schedule": [{"at": "2026-11-30T10:00:00+08:00", "title": "x"}],
+            "notes": ["n"],
+            "extra": 1,
+        },
+    ).read(AT)
     assert reading.known and reading.state is not None
     assert reading.state.availability is Availability.DND
     assert reading.state.schedule[0].title == "x"
@@ -35,8 +41,9 @@ def test_fresh_state(tmp_path: Path) -> None:
 
 def test_stale_state_is_unknown(tmp_path: Path) -> None:
     """A snapshot older than max_age says nothing about now."""
-    reading = provider(tmp_path, {"updated_at": "2026-11-30T01:00:00+00:00",
-                                  "availability": "dnd"}).read(AT)
+    reading = provider(
+        tmp_path, {"updated_at": "2026-11-30T01:00:00+00:00", "availability": "dnd"}
+    ).read(AT)
     assert not reading.known and reading.problem == "state_stale"
 
 
@@ -52,7 +59,8 @@ def test_broken_file_is_reported(tmp_path: Path) -> None:
     bad = provider(tmp_path, {"availability": "asleep", "updated_at": AT.isoformat()}).read(AT)
     assert bad.problem is not None and bad.problem.startswith("state_invalid: availability")
     assert provider(tmp_path, "[1]").read(AT).problem == (
-        "state_invalid: the document must be a JSON object")
+        "state_invalid: the document must be a JSON object"
+    )
 
 
 def test_undated_file_uses_mtime(tmp_path: Path) -> None:

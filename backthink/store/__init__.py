@@ -1,0 +1,42 @@
+"""Persistence: SQLModel tables, the async engine, migrations and the message and round stores."""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from backthink.store.engine import BUSY_TIMEOUT_MS, create_engine
+from backthink.store.memory import MemoryMessageStore, MemoryRoundStore
+from backthink.store.messages import SqlMessageStore
+from backthink.store.migrator import migrate
+from backthink.store.rounds import SqlRoundStore
+
+__all__ = [
+    "BUSY_TIMEOUT_MS",
+    "MemoryMessageStore",
+    "MemoryRoundStore",
+    "SqlMessageStore",
+    "SqlRoundStore",
+    "create_engine",
+    "migrate",
+    "open_store",
+]
+
+
+async def open_store(
+    url: str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS
+) -> tuple[AsyncEngine, SqlMessageStore, SqlRoundStore]:
+    """Create the engine for `url`, migrate it to the newest schema and build both stores.
+
+    The caller owns the engine and disposes of it (`await engine.dispose()`) on shutdown.
+
+    Raises:
+        StoreError: the database cannot be opened or migrated.
+    """
+    engine = create_engine(url, busy_timeout_ms=busy_timeout_ms)
+    try:
+        await migrate(engine)
+    except BaseException:
+        # Nobody else holds the engine yet, so its pooled connections are closed here.
+        await engine.dispose()
+        raise
+    return engine, SqlMessageStore(engine), SqlRoundStore(engine)

@@ -1,0 +1,96 @@
+"""The async engine: SQLite tuned for one writer and concurrent readers, or any async URL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
+
+from backthink.errors import StoreError
+
+BUSY_TIMEOUT_MS = 5000  # milliseconds a SQLite writer waits for another writer's lock
+"""Long enough to ride out the chat app's short writes, short enough to fail a stuck round."""
+
+_SQLITE_ASYNC_DRIVER = "sqlite+aiosqlite"
+
+
+def create_engine(url: str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> AsyncEngine:
+    """Create the async engine for a database URL.
+
+    For SQLite the database's folder is created if missing, a plain `sqlite://`
+    URL gets the aiosqlite driver, and every connection runs in WAL mode (the
+    chat app can write while the daemon reads) with a busy timeout, foreign
+    keys on and `synchronous=NORMAL`. In-memory URLs share one connection.
+
+    Args:
+        url: an SQLAlchemy URL with an async driver, e.g. `sqlite+aiosqlite:///var/backthink.db`.
+        busy_timeout_ms: how long a SQLite writer waits for a lock, in milliseconds.
+
+    Raises:
+        StoreError: the URL is malformed or the database folder cannot be created.
+    """
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        # The URL may hold a password, so it is not repeated.
+        raise StoreError("database url is not a valid SQLAlchemy URL") from None
+    if parsed.get_backend_name() != "sqlite":
+        return create_async_engine(parsed)
+    if parsed.drivername == "sqlite":
+        parsed = parsed.set(drivername=_SQLITE_ASYNC_DRIVER)
+    if busy_timeout_ms < 0:
+        raise ValueError("busy_timeout_ms must not be negative")
+    if _is_memory(parsed):
+        engine = create_async_engine(parsed, poolclass=StaticPool)
+    else:
+        _make_parent_dir(parsed)
+        engine = create_async_engine(parsed)
+    _tune_sqlite(engine, busy_timeout_ms)
+    return engine
+
+
+def _is_memory(url: URL) -> bool:
+    database = url.database or ""
+    return not database or ":memory:" in database or "mode=memory" in database
+
+
+def _make_parent_dir(url: URL) -> None:
+    database = url.database or ""
+    # A `uri=true` URL names the file as "file:path?options".
+    path = Path(database.removeprefix("file:").partition("?")[0])
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create database folder {path.parent}: {exc.strerror}") from None
+
+
+def _tune_sqlite(engine: AsyncEngine, busy_timeout_ms: int) -> None:
+    """Install the per-connection PRAGMAs and SQLAlchemy-controlled transactions."""
+
+    # The DB-API connection here is aiosqlite's adapter; `isolation_level` is a
+    # sqlite3 attribute outside the DB-API protocol that SQLAlchemy types it by.
+    def on_connect(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+        # sqlite3's legacy mode only sends BEGIN before DML, so DDL and reads
+        # would run outside the transaction; SQLAlchemy sends BEGIN instead.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            # The busy timeout comes first: switching to WAL may itself wait for a lock.
+            cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA foreign_keys = ON")
+            # In WAL mode NORMAL is still corruption-safe and skips an fsync per commit.
+            cursor.execute("PRAGMA synchronous = NORMAL")
+        finally:
+            cursor.close()
+
+    def on_begin(connection: Connection) -> None:
+        connection.exec_driver_sql("BEGIN")
+
+    event.listen(engine.sync_engine, "connect", on_connect)
+    event.listen(engine.sync_engine, "begin", on_begin)

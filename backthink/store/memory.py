@@ -1,0 +1,146 @@
+"""In-memory stores with the same behaviour as the SQL stores, for tests and benchmarks."""
+
+from __future__ import annotations
+
+import builtins
+from bisect import insort
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+
+from pydantic import ValidationError
+
+from backthink.errors import StoreError
+from backthink.models import MAIN_SESSION, Message, RoundRecord
+from backthink.store.failures import describe
+
+
+def _check_limit(limit: int) -> None:
+    if limit < 0:
+        raise ValueError(f"limit must not be negative, got {limit}")
+
+
+def _validated(message: Message, position: int) -> Message:
+    """Re-validate like the database's constraints would, and normalise the time to UTC."""
+    try:
+        # A model built with model_construct skipped validation; the SQL store
+        # meets the same problem as a NOT NULL or CHECK failure.
+        checked = Message.model_validate(dict(message))
+    except ValidationError as exc:
+        raise StoreError(f"could not store messages: message {position}: {describe(exc)}") from None
+    return checked.model_copy(update={"created_at": checked.created_at.astimezone(UTC)})
+
+
+def _order(message: Message) -> tuple[datetime, int]:
+    return (message.created_at, message.id or 0)
+
+
+class MemoryMessageStore:
+    """A MessageStore in per-session lists kept in (created_at, id) order.
+
+    Ids count up from the highest id stored so far, as SQLite's rowids do, so
+    reading the newest messages is a slice from the end at any history size.
+    """
+
+    def __init__(self) -> None:
+        """Start empty."""
+        self._sessions: dict[tuple[str, str], builtins.list[Message]] = {}
+        self._ids: set[int] = set()
+        self._max_id = 0
+
+    async def add(self, message: Message) -> Message:
+        """Store one message and return it with its id and its time in UTC."""
+        return self._store([message])[0]
+
+    async def add_many(self, messages: Sequence[Message]) -> int:
+        """Store all messages, or none of them if one is invalid; return how many."""
+        return len(self._store(messages))
+
+    def _store(self, messages: Sequence[Message]) -> builtins.list[Message]:
+        # Everything is checked and numbered before anything is kept, so a bad
+        # batch leaves the store as it was, like a rolled-back transaction.
+        taken: set[int] = set()
+        max_id = self._max_id
+        ready: builtins.list[Message] = []
+        for position, message in enumerate(messages, start=1):
+            checked = _validated(message, position)
+            new_id = checked.id if checked.id is not None else max_id + 1
+            if new_id in self._ids or new_id in taken:
+                raise StoreError(f"could not store messages: message id {new_id} is taken")
+            taken.add(new_id)
+            max_id = max(max_id, new_id)
+            ready.append(checked.model_copy(update={"id": new_id}))
+        for message in ready:
+            session = self._sessions.setdefault((message.owner_id, message.session_id), [])
+            insort(session, message, key=_order)
+        self._ids |= taken
+        self._max_id = max_id
+        return ready
+
+    def _newest_first(self, owner_id: str, session_id: str, role: str | None) -> Iterator[Message]:
+        for message in reversed(self._sessions.get((owner_id, session_id), [])):
+            if role is None or message.role == role:
+                yield message
+
+    async def recent(
+        self, owner_id: str, limit: int, *, session_id: str = MAIN_SESSION
+    ) -> builtins.list[Message]:
+        """Return the last `limit` messages of a session, oldest first, by (created_at, id)."""
+        _check_limit(limit)
+        if limit == 0:
+            return []
+        return self._sessions.get((owner_id, session_id), [])[-limit:]
+
+    async def last_message(
+        self, owner_id: str, *, role: str | None = None, session_id: str = MAIN_SESSION
+    ) -> Message | None:
+        """Return the newest message of a session, optionally of one role; None if there is none."""
+        return next(self._newest_first(owner_id, session_id, role), None)
+
+    async def last_channels(
+        self,
+        owner_id: str,
+        *,
+        role: str | None = "user",
+        limit: int = 50,
+        session_id: str = MAIN_SESSION,
+    ) -> builtins.list[tuple[str | None, datetime]]:
+        """Return (channel, created_at) of the newest `limit` messages of a role, newest first."""
+        _check_limit(limit)
+        found: builtins.list[tuple[str | None, datetime]] = []
+        for message in self._newest_first(owner_id, session_id, role):
+            if len(found) == limit:
+                break
+            found.append((message.channel, message.created_at))
+        return found
+
+
+class MemoryRoundStore:
+    """A RoundStore in a dict keyed by round id."""
+
+    def __init__(self) -> None:
+        """Start empty."""
+        self._rounds: dict[str, RoundRecord] = {}
+
+    async def save(self, record: RoundRecord) -> None:
+        """Store a finished round; a second save of the same id is a StoreError."""
+        if record.id in self._rounds:
+            raise StoreError(f"could not save round {record.id!r}: the id is already stored")
+        self._rounds[record.id] = record.model_copy(
+            update={
+                "started_at": record.started_at.astimezone(UTC),
+                "finished_at": record.finished_at.astimezone(UTC),
+            }
+        )
+
+    async def get(self, round_id: str) -> RoundRecord | None:
+        """Return the round with this id, or None if there is none."""
+        return self._rounds.get(round_id)
+
+    async def list(
+        self, *, owner_id: str | None = None, limit: int = 20
+    ) -> builtins.list[RoundRecord]:
+        """Return rounds newest first (by start time, then id), optionally for one owner."""
+        _check_limit(limit)
+        found = [r for r in self._rounds.values() if owner_id is None or r.owner_id == owner_id]
+        found.sort(key=lambda record: (record.started_at, record.id), reverse=True)
+        return found[:limit]

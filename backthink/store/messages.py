@@ -1,0 +1,162 @@
+"""SqlMessageStore: owners' sessions in the `message` table."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import insert
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
+from sqlmodel.sql.expression import Select, SelectOfScalar
+
+from backthink.models import MAIN_SESSION, Message
+from backthink.store.failures import store_errors
+from backthink.store.tables import MessageRow
+
+_NEWEST_FIRST = (col(MessageRow.created_at).desc(), col(MessageRow.id).desc())
+
+
+def recent_query(
+    owner_id: str, limit: int, *, session_id: str = MAIN_SESSION, role: str | None = None
+) -> SelectOfScalar[MessageRow]:
+    """The newest `limit` messages of a session, newest first: a backward walk of its index."""
+    query = select(MessageRow).where(
+        col(MessageRow.owner_id) == owner_id, col(MessageRow.session_id) == session_id
+    )
+    if role is not None:
+        query = query.where(col(MessageRow.role) == role)
+    return query.order_by(*_NEWEST_FIRST).limit(limit)
+
+
+def channels_query(
+    owner_id: str, limit: int, *, session_id: str = MAIN_SESSION, role: str | None = "user"
+) -> Select[str | None, datetime]:
+    """The channels and times of the newest `limit` messages, newest first."""
+    query = select(col(MessageRow.channel), col(MessageRow.created_at)).where(
+        col(MessageRow.owner_id) == owner_id, col(MessageRow.session_id) == session_id
+    )
+    if role is not None:
+        query = query.where(col(MessageRow.role) == role)
+    return query.order_by(*_NEWEST_FIRST).limit(limit)
+
+
+def _check_limit(limit: int) -> None:
+    # SQLite reads a negative LIMIT as "no limit"; that would read the whole history.
+    if limit < 0:
+        raise ValueError(f"limit must not be negative, got {limit}")
+
+
+def _row_values(message: Message) -> dict[str, Any]:
+    """Column values of a message; a missing id is left to the database."""
+    # dict(model) reads the fields without serializing them, so even a model
+    # built without validation reaches the database's own constraints.
+    values = dict(message)
+    if values["id"] is None:
+        del values["id"]
+    return values
+
+
+def _to_message(row: MessageRow) -> Message:
+    return Message.model_validate(row, from_attributes=True)
+
+
+class SqlMessageStore:
+    """The MessageStore on an SQLAlchemy async engine (SQLite or PostgreSQL).
+
+    Every read of the newest messages is one query on `ix_message_recent`, so
+    its cost does not grow with the length of the history. Times come back as
+    aware UTC datetimes whatever zone they were stored in.
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        """Use `engine`, which must already be migrated (see `migrate`)."""
+        self._engine = engine
+
+    def _session(self) -> AsyncSession:
+        # Rows are converted to models before the session closes, so nothing
+        # needs reloading after a commit.
+        return AsyncSession(self._engine, expire_on_commit=False)
+
+    async def add(self, message: Message) -> Message:
+        """Store one message and return it with its id and its time in UTC.
+
+        A message that already carries an id is stored under that id.
+
+        Raises:
+            StoreError: the database failed, or the id is already taken.
+        """
+        with store_errors("could not store message"):
+            async with self._session() as session, session.begin():
+                statement = insert(MessageRow).returning(col(MessageRow.id))
+                result = await session.exec(statement, params=_row_values(message))
+                new_id = result.scalar_one()
+        return message.model_copy(
+            update={"id": new_id, "created_at": message.created_at.astimezone(UTC)}
+        )
+
+    async def add_many(self, messages: Sequence[Message]) -> int:
+        """Store all messages in one transaction (all or nothing); return how many.
+
+        Raises:
+            StoreError: the database failed or a message broke a constraint;
+                then none of the messages is stored.
+        """
+        if not messages:
+            return 0
+        with store_errors("could not store messages"):
+            async with self._session() as session, session.begin():
+                await session.exec(
+                    insert(MessageRow), params=[_row_values(message) for message in messages]
+                )
+        return len(messages)
+
+    async def recent(
+        self, owner_id: str, limit: int, *, session_id: str = MAIN_SESSION
+    ) -> list[Message]:
+        """Return the last `limit` messages of a session, oldest first.
+
+        Messages are ordered by (created_at, id), so two messages stored with the
+        same timestamp keep their insertion order.
+        """
+        _check_limit(limit)
+        with store_errors("could not read messages"):
+            async with self._session() as session:
+                rows = (
+                    await session.exec(recent_query(owner_id, limit, session_id=session_id))
+                ).all()
+                newest_first = [_to_message(row) for row in rows]
+        newest_first.reverse()
+        return newest_first
+
+    async def last_message(
+        self, owner_id: str, *, role: str | None = None, session_id: str = MAIN_SESSION
+    ) -> Message | None:
+        """Return the newest message of a session, optionally of one role; None if there is none."""
+        query = recent_query(owner_id, 1, session_id=session_id, role=role)
+        with store_errors("could not read messages"):
+            async with self._session() as session:
+                row = (await session.exec(query)).first()
+                return None if row is None else _to_message(row)
+
+    async def last_channels(
+        self,
+        owner_id: str,
+        *,
+        role: str | None = "user",
+        limit: int = 50,
+        session_id: str = MAIN_SESSION,
+    ) -> list[tuple[str | None, datetime]]:
+        """Return (channel, created_at) of the newest `limit` messages of a role, newest first.
+
+        `role=None` takes messages of every role. A None channel is the main
+        session's own interface.
+        """
+        _check_limit(limit)
+        query = channels_query(owner_id, limit, session_id=session_id, role=role)
+        with store_errors("could not read messages"):
+            async with self._session() as session:
+                rows = (await session.exec(query)).all()
+        return [(channel, created_at) for channel, created_at in rows]

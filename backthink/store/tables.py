@@ -1,0 +1,108 @@
+"""The SQLModel tables: message, round and the delivery outbox.
+
+Rows are storage only; the stores convert them to the pydantic models of
+`backthink.models` at the boundary, so no row object leaves this package.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import Boolean, CheckConstraint, Float, Index, Integer, MetaData, String, Text
+from sqlalchemy.orm import registry
+from sqlmodel import Field, SQLModel
+
+from backthink.models import MAIN_SESSION
+from backthink.store.columns import UTCDateTime
+
+# Deterministic constraint names let later revisions drop or alter a constraint
+# by name, which SQLite's copy-and-move batch migrations need.
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+"""backthink's own metadata, apart from SQLModel's global one."""
+
+DELIVERY_STATUSES = ("pending", "sent", "failed")
+ORIGINS = ("chat", "proactive")
+
+
+def _one_of(column: str, values: tuple[str, ...]) -> str:
+    listed = ", ".join(f"'{value}'" for value in values)
+    return f"{column} IN ({listed})"
+
+
+class _Table(SQLModel, registry=registry(metadata=metadata)):
+    """Base of backthink's tables, bound to `metadata`."""
+
+
+class MessageRow(_Table, table=True):
+    """One stored message; `recent` reads it through `ix_message_recent`."""
+
+    __tablename__ = "message"
+    __table_args__ = (
+        # The newest messages of one session are a backward walk of this index,
+        # so reading the last N costs the same at any history size.
+        Index("ix_message_recent", "owner_id", "session_id", "created_at", "id"),
+        CheckConstraint(_one_of("origin", ORIGINS), name="origin"),
+    )
+
+    # INTEGER (not BIGINT) so that SQLite makes it an alias of the rowid.
+    id: int | None = Field(default=None, primary_key=True, sa_type=Integer)
+    owner_id: str = Field(sa_type=String)
+    session_id: str = Field(default=MAIN_SESSION, sa_type=String)
+    role: str = Field(sa_type=String)
+    text: str = Field(sa_type=Text)
+    image: str | None = Field(default=None, sa_type=Text)
+    speaker: str | None = Field(default=None, sa_type=String)
+    channel: str | None = Field(default=None, sa_type=String)
+    origin: str = Field(default="chat", sa_type=String)
+    created_at: datetime = Field(sa_type=UTCDateTime)
+
+
+class RoundRow(_Table, table=True):
+    """The audit record of one round; `notes` is a JSON list of strings."""
+
+    __tablename__ = "round"
+    __table_args__ = (Index("ix_round_owner_started", "owner_id", "started_at"),)
+
+    id: str = Field(primary_key=True, sa_type=String)
+    owner_id: str = Field(sa_type=String)
+    trigger: str = Field(sa_type=String)
+    started_at: datetime = Field(sa_type=UTCDateTime)
+    finished_at: datetime = Field(sa_type=UTCDateTime)
+    outcome: str = Field(sa_type=String)
+    reason: str = Field(sa_type=Text)
+    push: bool | None = Field(default=None, sa_type=Boolean)
+    urgency: str | None = Field(default=None, sa_type=String)
+    decided_channel: str | None = Field(default=None, sa_type=String)
+    body: str | None = Field(default=None, sa_type=Text)
+    channel: str | None = Field(default=None, sa_type=String)
+    model: str | None = Field(default=None, sa_type=String)
+    prompt_tokens: int | None = Field(default=None, sa_type=Integer)
+    completion_tokens: int | None = Field(default=None, sa_type=Integer)
+    latency_ms: float | None = Field(default=None, sa_type=Float)
+    raw_reply: str | None = Field(default=None, sa_type=Text)
+    notes: str = Field(default="[]", sa_type=Text)
+
+
+class DeliveryRow(_Table, table=True):
+    """The outbox: one delivery per round (its id is the round id), retried until done."""
+
+    __tablename__ = "delivery"
+    __table_args__ = (CheckConstraint(_one_of("status", DELIVERY_STATUSES), name="status"),)
+
+    id: str = Field(primary_key=True, sa_type=String)
+    channel: str = Field(sa_type=String)
+    payload: str = Field(sa_type=Text)
+    status: str = Field(default="pending", sa_type=String)
+    attempts: int = Field(default=0, sa_type=Integer)
+    next_attempt_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    last_error: str | None = Field(default=None, sa_type=Text)
+    created_at: datetime = Field(sa_type=UTCDateTime)
+    updated_at: datetime = Field(sa_type=UTCDateTime)

@@ -1,0 +1,471 @@
+"""The message and round stores: one contract over SQL and memory, plus SQLite specifics."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Column, Integer, MetaData, Table
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.sql import Executable
+
+from backthink.errors import StoreError
+from backthink.models import Message, Outcome, RoundRecord, Urgency
+from backthink.store import (
+    BUSY_TIMEOUT_MS,
+    MemoryMessageStore,
+    MemoryRoundStore,
+    SqlMessageStore,
+    SqlRoundStore,
+    create_engine,
+    migrate,
+    open_store,
+)
+from backthink.store.messages import channels_query, recent_query
+from backthink.store.migrator import alembic_config
+from backthink.store.tables import metadata
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+PLUS_8 = timezone(timedelta(hours=8))
+PRIVATE = "the private line nobody may log"
+
+AnyMessageStore = SqlMessageStore | MemoryMessageStore
+AnyRoundStore = SqlRoundStore | MemoryRoundStore
+
+
+def msg(text: str, *, at: datetime = T0, owner: str = "ana", **fields: Any) -> Message:
+    """Build a user message of `owner` at `at`."""
+    role = fields.pop("role", "user")
+    return Message(owner_id=owner, role=role, text=text, created_at=at, **fields)
+
+
+def record(round_id: str, *, at: datetime = T0, owner: str = "ana", **fields: Any) -> RoundRecord:
+    """Build a finished round that started at `at`."""
+    values: dict[str, Any] = {
+        "id": round_id,
+        "owner_id": owner,
+        "trigger": "heartbeat",
+        "started_at": at,
+        "finished_at": at + timedelta(seconds=3),
+        "outcome": Outcome.SKIPPED,
+        "reason": "no_push",
+    }
+    values.update(fields)
+    return RoundRecord(**values)
+
+
+def texts(messages: list[Message]) -> list[str]:
+    """The texts of some messages, in order."""
+    return [message.text for message in messages]
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    """A database file in a folder that does not exist yet."""
+    return tmp_path / "data" / "backthink.db"
+
+
+@pytest.fixture
+async def engine(db_path: Path) -> AsyncIterator[AsyncEngine]:
+    """A migrated SQLite engine on a temporary file, disposed afterwards."""
+    engine = create_engine(f"sqlite+aiosqlite:///{db_path}")
+    await migrate(engine)
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture(params=["sql", "memory"])
+async def messages(request: pytest.FixtureRequest, db_path: Path) -> AsyncIterator[AnyMessageStore]:
+    """Each MessageStore implementation, empty."""
+    if request.param == "memory":
+        yield MemoryMessageStore()
+        return
+    engine, store, _ = await open_store(f"sqlite+aiosqlite:///{db_path}")
+    yield store
+    await engine.dispose()
+
+
+@pytest.fixture(params=["sql", "memory"])
+async def rounds(request: pytest.FixtureRequest, db_path: Path) -> AsyncIterator[AnyRoundStore]:
+    """Each RoundStore implementation, empty."""
+    if request.param == "memory":
+        yield MemoryRoundStore()
+        return
+    engine, _, store = await open_store(f"sqlite+aiosqlite:///{db_path}")
+    yield store
+    await engine.dispose()
+
+
+# The MessageStore contract.
+
+
+async def test_add_returns_the_message_with_a_new_id(messages: AnyMessageStore) -> None:
+    """add gives each message a fresh, increasing id and keeps every other field."""
+    first = await messages.add(msg("one", speaker="p", channel="tg", image="data:x"))
+    second = await messages.add(msg("two"))
+    assert first.id is not None and second.id is not None and second.id > first.id
+    assert first.model_dump(exclude={"id"}) == msg(
+        "one", speaker="p", channel="tg", image="data:x"
+    ).model_dump(exclude={"id"})
+    assert await messages.recent("ana", 5) == [first, second]
+
+
+async def test_recent_is_the_newest_n_oldest_first(messages: AnyMessageStore) -> None:
+    """recent returns the last `limit` messages in chronological order."""
+    await messages.add_many([msg(f"m{i}", at=T0 + timedelta(minutes=i)) for i in (3, 0, 4, 1, 2)])
+    assert texts(await messages.recent("ana", 3)) == ["m2", "m3", "m4"]
+
+
+async def test_equal_timestamps_keep_insertion_order(messages: AnyMessageStore) -> None:
+    """Messages stored with the same time come back in the order they were stored."""
+    for text in ["a", "b", "c", "d"]:
+        await messages.add(msg(text))
+    assert texts(await messages.recent("ana", 10)) == ["a", "b", "c", "d"]
+    assert texts(await messages.recent("ana", 2)) == ["c", "d"]
+
+
+async def test_limit_zero_and_limit_beyond_history(messages: AnyMessageStore) -> None:
+    """A limit of 0 reads nothing; a limit beyond the history reads all of it."""
+    await messages.add_many([msg("a"), msg("b")])
+    assert await messages.recent("ana", 0) == []
+    assert texts(await messages.recent("ana", 50)) == ["a", "b"]
+
+
+async def test_negative_limits_are_refused(messages: AnyMessageStore) -> None:
+    """A negative limit is a programming error, not "everything"."""
+    with pytest.raises(ValueError, match="limit"):
+        await messages.recent("ana", -1)
+    with pytest.raises(ValueError, match="limit"):
+        await messages.last_channels("ana", limit=-1)
+
+
+async def test_sessions_and_owners_are_isolated(messages: AnyMessageStore) -> None:
+    """recent reads one owner's one session only."""
+    await messages.add_many(
+        [msg("ana main"), msg("ana side", session_id="side"), msg("bo main", owner="bo")]
+    )
+    assert texts(await messages.recent("ana", 10)) == ["ana main"]
+    assert texts(await messages.recent("ana", 10, session_id="side")) == ["ana side"]
+    assert texts(await messages.recent("bo", 10)) == ["bo main"]
+    assert await messages.recent("nobody", 10) == []
+
+
+async def test_times_come_back_aware_utc_and_order_by_instant(messages: AnyMessageStore) -> None:
+    """A +08:00 time is stored as its UTC instant, and ordering follows instants, not wall text."""
+    early = datetime(2026, 3, 1, 10, 0, tzinfo=PLUS_8)  # 02:00 UTC
+    late = datetime(2026, 3, 1, 3, 0, tzinfo=UTC)
+    added = await messages.add(msg("early", at=early))
+    await messages.add_many([msg("late", at=late)])
+    assert added.created_at.tzinfo is UTC
+    stored = await messages.recent("ana", 10)
+    assert texts(stored) == ["early", "late"]
+    assert [m.created_at for m in stored] == [early, late]
+    assert all(m.created_at.tzinfo is UTC for m in stored)
+    assert stored[0].created_at.hour == 2
+
+
+async def test_add_many_counts_and_accepts_an_empty_batch(messages: AnyMessageStore) -> None:
+    """add_many returns how many it stored, and an empty batch stores nothing."""
+    assert await messages.add_many([]) == 0
+    assert await messages.add_many([msg("a"), msg("b"), msg("c")]) == 3
+    assert texts(await messages.recent("ana", 10)) == ["a", "b", "c"]
+
+
+def _bad_batch(kind: str, taken_id: int) -> list[Message]:
+    good = [msg(PRIVATE), msg("second")]
+    if kind == "taken id":
+        return [*good, msg("clash", id=taken_id)]
+    # model_construct skips validation, the way a careless caller could; the
+    # database's NOT NULL constraint (or the memory store's check) must catch it.
+    broken = Message.model_construct(owner_id="ana", role="user", text=None, created_at=T0)
+    return [*good, broken]
+
+
+@pytest.mark.parametrize("kind", ["taken id", "missing text"])
+async def test_add_many_is_all_or_nothing(messages: AnyMessageStore, kind: str) -> None:
+    """A batch that fails on its last message leaves nothing of the batch stored."""
+    existing = await messages.add(msg("before"))
+    assert existing.id is not None
+    with pytest.raises(StoreError, match="could not store messages") as caught:
+        await messages.add_many(_bad_batch(kind, existing.id))
+    assert PRIVATE not in str(caught.value)
+    assert texts(await messages.recent("ana", 10)) == ["before"]
+
+
+async def test_add_with_a_taken_id_fails(messages: AnyMessageStore) -> None:
+    """Storing a message under an id that is already used is a StoreError."""
+    stored = await messages.add(msg("a"))
+    with pytest.raises(StoreError):
+        await messages.add(msg("b", id=stored.id))
+    assert texts(await messages.recent("ana", 10)) == ["a"]
+
+
+async def test_last_message_is_the_newest_optionally_of_a_role(messages: AnyMessageStore) -> None:
+    """last_message finds the newest message, or the newest of a role, or None."""
+    assert await messages.last_message("ana") is None
+    await messages.add_many(
+        [
+            msg("u1", at=T0),
+            msg("a1", at=T0 + timedelta(minutes=1), role="assistant"),
+            msg("u2", at=T0 + timedelta(minutes=2)),
+            msg("a2", at=T0 + timedelta(minutes=2), role="assistant"),
+        ]
+    )
+    newest = await messages.last_message("ana")
+    newest_user = await messages.last_message("ana", role="user")
+    assert newest is not None and newest.text == "a2"
+    assert newest_user is not None and newest_user.text == "u2"
+    assert await messages.last_message("ana", role="system") is None
+    assert await messages.last_message("ana", session_id="side") is None
+
+
+async def test_last_channels_newest_first_of_a_role(messages: AnyMessageStore) -> None:
+    """last_channels lists (channel, time) of the newest user messages, newest first."""
+    await messages.add_many(
+        [
+            msg("u1", at=T0, channel="tg"),
+            msg("a1", at=T0 + timedelta(minutes=1), role="assistant", channel="mail"),
+            msg("u2", at=T0 + timedelta(minutes=2)),
+            msg("u3", at=T0 + timedelta(minutes=3), channel="tg"),
+        ]
+    )
+    assert await messages.last_channels("ana") == [
+        ("tg", T0 + timedelta(minutes=3)),
+        (None, T0 + timedelta(minutes=2)),
+        ("tg", T0),
+    ]
+    assert await messages.last_channels("ana", limit=1) == [("tg", T0 + timedelta(minutes=3))]
+    every_role = await messages.last_channels("ana", role=None, limit=3)
+    assert [channel for channel, _ in every_role] == ["tg", None, "mail"]
+    assert await messages.last_channels("bo") == []
+
+
+# The RoundStore contract.
+
+
+async def test_a_round_round_trips_every_field(rounds: AnyRoundStore) -> None:
+    """A saved round reads back equal, with its times converted to aware UTC."""
+    start = datetime(2026, 3, 1, 20, 0, tzinfo=PLUS_8)
+    full = record(
+        "r1",
+        at=start,
+        outcome=Outcome.DELIVERED,
+        reason="delivered",
+        push=True,
+        urgency=Urgency.WARNING,
+        decided_channel="tg",
+        body="记得喝水",
+        channel="tg",
+        model="m",
+        prompt_tokens=120,
+        completion_tokens=30,
+        latency_ms=812.5,
+        raw_reply="raw ⟨footer⟩",
+        notes=["quiet hours ignored", "状态未知"],
+    )
+    await rounds.save(full)
+    loaded = await rounds.get("r1")
+    assert loaded == full
+    assert loaded is not None and loaded.started_at.tzinfo is UTC
+    assert loaded.finished_at.tzinfo is UTC and loaded.started_at.hour == 12
+    assert await rounds.list() == [full]
+
+
+async def test_a_missing_round_is_none(rounds: AnyRoundStore) -> None:
+    """get of an unknown id returns None."""
+    assert await rounds.get("nope") is None
+
+
+async def test_saving_a_round_id_twice_fails(rounds: AnyRoundStore) -> None:
+    """The second save of one round id is a StoreError and keeps the first record."""
+    await rounds.save(record("r1"))
+    with pytest.raises(StoreError, match="r1"):
+        await rounds.save(record("r1", reason="other"))
+    stored = await rounds.get("r1")
+    assert stored is not None and stored.reason == "no_push"
+
+
+async def test_rounds_list_newest_first_per_owner_and_limited(rounds: AnyRoundStore) -> None:
+    """list orders by start time, newest first, filters by owner and honours the limit."""
+    for i, owner in enumerate(["ana", "bo", "ana", "ana", "bo"]):
+        await rounds.save(record(f"r{i}", at=T0 + timedelta(minutes=i), owner=owner))
+    assert [r.id for r in await rounds.list()] == ["r4", "r3", "r2", "r1", "r0"]
+    assert [r.id for r in await rounds.list(owner_id="ana")] == ["r3", "r2", "r0"]
+    assert [r.id for r in await rounds.list(owner_id="ana", limit=2)] == ["r3", "r2"]
+    assert await rounds.list(owner_id="nobody") == []
+
+
+# SQLite specifics.
+
+
+async def _scalar(engine: AsyncEngine, sql: str) -> Any:
+    async with engine.connect() as conn:
+        return (await conn.exec_driver_sql(sql)).scalar_one()
+
+
+async def test_every_connection_is_tuned(engine: AsyncEngine, db_path: Path) -> None:
+    """WAL mode, the busy timeout, foreign keys and synchronous=NORMAL are on."""
+    assert db_path.parent.is_dir()
+    assert await _scalar(engine, "PRAGMA journal_mode") == "wal"
+    assert await _scalar(engine, "PRAGMA busy_timeout") == BUSY_TIMEOUT_MS
+    assert await _scalar(engine, "PRAGMA foreign_keys") == 1
+    assert await _scalar(engine, "PRAGMA synchronous") == 1  # NORMAL
+
+
+@pytest.mark.parametrize(
+    "url", ["sqlite+aiosqlite://", "sqlite+aiosqlite:///:memory:", "sqlite://"]
+)
+async def test_in_memory_databases_work(url: str) -> None:
+    """An in-memory URL (also without a driver) keeps one database across calls."""
+    engine, store, _ = await open_store(url)
+    try:
+        await store.add(msg("a"))
+        await store.add(msg("b"))
+        assert texts(await store.recent("ana", 5)) == ["a", "b"]
+    finally:
+        await engine.dispose()
+
+
+async def _plan(engine: AsyncEngine, query: Executable) -> list[str]:
+    sql = str(query.compile(dialect=engine.dialect, compile_kwargs={"literal_binds": True}))
+    async with engine.connect() as conn:
+        rows = (await conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}")).all()
+    return [str(row[-1]) for row in rows]
+
+
+async def test_reading_the_newest_messages_walks_the_index(engine: AsyncEngine) -> None:
+    """The newest-message queries search ix_message_recent: no table scan, no sort."""
+    store = SqlMessageStore(engine)
+    await store.add_many(
+        [
+            msg(f"m{i}", owner=f"o{i % 3}", at=T0 + timedelta(seconds=i), channel="tg")
+            for i in range(600)
+        ]
+    )
+    async with engine.begin() as conn:
+        await conn.exec_driver_sql("ANALYZE")
+    queries = {
+        "recent": recent_query("o1", 20),
+        "last of a role": recent_query("o1", 1, role="user"),
+        "channels": channels_query("o1", 50),
+    }
+    for name, query in queries.items():
+        plan = await _plan(engine, query)
+        assert any(
+            step.startswith("SEARCH message USING")
+            and "INDEX ix_message_recent (owner_id=? AND session_id=?)" in step
+            for step in plan
+        ), (name, plan)
+        assert not any("TEMP B-TREE" in step or step.startswith("SCAN") for step in plan), (
+            name,
+            plan,
+        )
+
+
+def _schema(conn: Connection) -> list[tuple[str, str]]:
+    rows = conn.exec_driver_sql("SELECT name, sql FROM sqlite_master ORDER BY name").all()
+    return [(str(name), str(sql)) for name, sql in rows]
+
+
+def _revision(conn: Connection) -> str | None:
+    return MigrationContext.configure(conn).get_current_revision()
+
+
+async def test_migrating_twice_changes_nothing(engine: AsyncEngine) -> None:
+    """A second migrate on a current database keeps the schema and the revision."""
+    async with engine.connect() as conn:
+        schema_before = await conn.run_sync(_schema)
+    await migrate(engine)
+    async with engine.connect() as conn:
+        assert await conn.run_sync(_schema) == schema_before
+        revision = await conn.run_sync(_revision)
+    assert revision == ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+async def test_migrations_build_exactly_the_tables(engine: AsyncEngine) -> None:
+    """The migrated schema has no differences from the SQLModel metadata (types included)."""
+
+    def diff(conn: Connection, target: MetaData) -> list[Any]:
+        context = MigrationContext.configure(conn, opts={"compare_type": True})
+        return list(compare_metadata(context, target))
+
+    async with engine.connect() as conn:
+        assert await conn.run_sync(diff, metadata) == []
+        # The comparison itself must be able to see a difference.
+        wider = MetaData()
+        for table in metadata.tables.values():
+            table.to_metadata(wider)
+        Table("extra", wider, Column("id", Integer, primary_key=True))
+        assert [change[0] for change in await conn.run_sync(diff, wider)] == ["add_table"]
+
+
+@pytest.mark.timeout(20)
+async def test_a_locked_database_is_a_clear_store_error(db_path: Path) -> None:
+    """A writer held off by another's exclusive lock fails after the busy timeout, text unleaked."""
+    busy_timeout_ms = 200
+    engine, store, _ = await open_store(f"sqlite:///{db_path}", busy_timeout_ms=busy_timeout_ms)
+    await store.add(msg("before"))
+    holder = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        started = time.monotonic()
+        with pytest.raises(StoreError, match="database is locked") as caught:
+            await store.add(msg(PRIVATE))
+        waited = time.monotonic() - started
+        # WAL lets readers go on while another connection writes.
+        assert texts(await store.recent("ana", 5)) == ["before"]
+    finally:
+        holder.rollback()
+        holder.close()
+        await engine.dispose()
+    message = str(caught.value)
+    assert message == "could not store message: database is locked"
+    assert PRIVATE not in message and caught.value.__cause__ is None
+    # It waited for the configured timeout, not the 5 s default.
+    assert busy_timeout_ms / 1000 * 0.9 <= waited < BUSY_TIMEOUT_MS / 1000
+
+
+async def test_an_unopenable_database_is_a_clear_store_error(tmp_path: Path) -> None:
+    """A database path that is a folder gives one line naming SQLite's complaint."""
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path}")
+    threads_before = set(threading.enumerate())
+    try:
+        with pytest.raises(StoreError) as caught:
+            await migrate(engine)
+    finally:
+        await engine.dispose()
+        # After a failed connect aiosqlite stops its worker thread without
+        # waiting for it; the thread then reports to the event loop, which must
+        # still be open, so the test waits for it here.
+        for thread in set(threading.enumerate()) - threads_before:
+            thread.join(timeout=5)
+    assert str(caught.value) == "could not migrate the database: unable to open database file"
+
+
+async def test_a_malformed_url_is_a_store_error() -> None:
+    """A URL SQLAlchemy cannot parse is a StoreError that does not repeat the URL."""
+    with pytest.raises(StoreError, match="not a valid") as caught:
+        create_engine("::secret-password::")
+    assert "secret" not in str(caught.value)
+
+
+async def test_open_store_migrates_and_builds_both_stores(db_path: Path) -> None:
+    """open_store gives a migrated engine and working message and round stores."""
+    engine, messages, rounds = await open_store(f"sqlite+aiosqlite:///{db_path}")
+    try:
+        await messages.add(msg("hello"))
+        await rounds.save(record("r1"))
+        assert texts(await messages.recent("ana", 1)) == ["hello"]
+        assert [r.id for r in await rounds.list(owner_id="ana")] == ["r1"]
+    finally:
+        await engine.dispose()
