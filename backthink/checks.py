@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 from sqlalchemy.engine import make_url
 
 from backthink.app import MODEL_MISSING_HINT, read_persona_prompt
@@ -16,19 +18,18 @@ class CheckError(BackthinkError):
     """A check found a problem; the message names it."""
 
 
-async def run_checks(settings: Settings) -> list[str]:
-    """Run every check in order and return one line per check that passed.
+async def run_checks(settings: Settings) -> AsyncIterator[str]:
+    """Run every check in order, yielding one line per check that passed.
 
     Raises:
         CheckError: the first problem, as one line naming what is wrong.
     """
-    lines: list[str] = []
     try:
         PromptBook.load(settings.prompt.dir, settings.prompt.language)
         read_persona_prompt(settings)
     except BackthinkError as exc:
         raise CheckError(f"prompts: {exc}") from None
-    lines.append(f"prompts: {settings.prompt.dir} ({settings.prompt.language})")
+    yield (f"prompts: {settings.prompt.dir} ({settings.prompt.language})")
 
     safe_url = make_url(settings.database.url).render_as_string(hide_password=True)
     try:
@@ -39,7 +40,7 @@ async def run_checks(settings: Settings) -> list[str]:
             await engine.dispose()
     except BackthinkError as exc:
         raise CheckError(f"database {safe_url}: {exc}") from None
-    lines.append(f"database: {safe_url}")
+    yield (f"database: {safe_url}")
 
     try:
         client = OpenAIModelClient(settings.model)
@@ -51,5 +52,4 @@ async def run_checks(settings: Settings) -> list[str]:
         raise CheckError(f"model: {exc}") from None
     finally:
         await client.close()
-    lines.append(f"model: {settings.model.name} at {settings.model.base_url} ({detail})")
-    return lines
+    yield (f"model: {settings.model.name} at {settings.model.base_url} ({detail})")

@@ -69,7 +69,8 @@ def main_options(
 ) -> None:
     """backthink: gives an AI companion a life between conversations."""
     ctx.obj = Context(config=config, owner=owner, debug=debug)
-    logs.configure(stream=sys.stderr, debug=debug)
+    # One-shot commands print their own result; their log shows only warnings and errors.
+    logs.configure(stream=sys.stderr, level="debug" if debug else "warning")
 
 
 @app.command()
@@ -79,7 +80,7 @@ def run(ctx: typer.Context) -> None:
 
     c: Context = ctx.obj
     settings = c.settings()
-    logs.configure(stream=sys.stdout, debug=c.debug)
+    logs.configure(stream=sys.stdout, level="debug" if c.debug else "info")
     raise typer.Exit(_run(run_daemon(settings, owner_id=c.owner_id(settings))))
 
 
@@ -131,6 +132,9 @@ def think(
     else:
         _print_round(record)
     if record.outcome.value == "failed":
+        if as_json:
+            for note in record.notes:
+                typer.echo(f"backthink: {note}", err=True)
         raise typer.Exit(1)
 
 
@@ -314,8 +318,12 @@ def check(ctx: typer.Context) -> None:
     settings = c.settings()
     where = resolve_config_path(c.config, os.environ)
     typer.echo(f"ok  config: {where or 'built-in defaults'}")
-    for line in _run(run_checks(settings)):
-        typer.echo(f"ok  {line}")
+
+    async def go() -> None:
+        async for line in run_checks(settings):
+            typer.echo(f"ok  {line}")
+
+    _run(go())
 
 
 def _print_json(data: Any) -> None:

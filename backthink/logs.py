@@ -10,14 +10,14 @@ import structlog
 
 
 def configure(
-    *, stream: TextIO | None = None, json: bool | None = None, debug: bool = False
+    *, stream: TextIO | None = None, json: bool | None = None, level: str = "info"
 ) -> None:
     """Configure structlog once for the process.
 
     Args:
         stream: where log lines go (stdout for the daemon, stderr for one-shot commands).
         json: force JSON lines (True) or console output (False); None picks by TTY.
-        debug: include debug events.
+        level: the lowest level shown: debug, info, warning or error.
     """
     stream = stream or sys.stderr
     if json is None:
@@ -36,7 +36,7 @@ def configure(
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(
-            logging.DEBUG if debug else logging.INFO
+            logging.getLevelNamesMapping()[level.upper()]
         ),
         logger_factory=structlog.PrintLoggerFactory(file=stream),
         cache_logger_on_first_use=False,

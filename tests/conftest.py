@@ -1,0 +1,109 @@
+"""Shared fixtures: a local chat-completions server and a working folder with a config."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from fake_openai import FakeOpenAI
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI_TIMEOUT_S = 60  # seconds for one command-line run
+
+
+@pytest.fixture(scope="session")
+def fake_server() -> Iterator[FakeOpenAI]:
+    """One fake endpoint per test session."""
+    with FakeOpenAI() as fake:
+        yield fake
+
+
+@pytest.fixture
+def fake(fake_server: FakeOpenAI) -> FakeOpenAI:
+    """The fake endpoint, reset for this test."""
+    fake_server.reset()
+    return fake_server
+
+
+@dataclass
+class Workdir:
+    """A folder with its own config, database and state file, and a way to run the CLI there."""
+
+    path: Path
+    env: dict[str, str]
+
+    @property
+    def config(self) -> Path:
+        return self.path / "backthink.toml"
+
+    def write_config(self, extra: str = "") -> None:
+        """Write the config file: the shipped prompts, a fresh database, plus `extra`."""
+        self.config.write_text(
+            f"""
+[owner]
+id = "o"
+name = "开拓者"
+timezone = "Asia/Shanghai"
+
+[persona]
+id = "cyrene"
+name = "昔涟"
+prompt_file = "{ROOT / "config/persona.md"}"
+
+[database]
+url = "sqlite+aiosqlite:///{self.path / "bt.db"}"
+
+[prompt]
+dir = "{ROOT / "config/prompts"}"
+
+[state]
+file = "{self.path / "state.json"}"
+{extra}
+""",
+            encoding="utf-8",
+        )
+
+    def write_state(self, doc: dict[str, object]) -> None:
+        (self.path / "state.json").write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run `backthink --config <file> ARGS` as a real process."""
+        proc = subprocess.run(
+            [sys.executable, "-m", "backthink", "--config", str(self.config), *args],
+            cwd=self.path,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=CLI_TIMEOUT_S,
+            check=False,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"exit {proc.returncode}\nstdout:{proc.stdout}\nstderr:{proc.stderr}"
+            )
+        return proc
+
+    def think_json(self, *args: str) -> dict[str, object]:
+        proc = self.cli("think", "--json", *args)
+        result: dict[str, object] = json.loads(proc.stdout)
+        return result
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, fake: FakeOpenAI) -> Workdir:
+    """A working folder whose config points at the fake endpoint."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BACKTHINK_", "OPENAI_"))}
+    env["BACKTHINK_MODEL__BASE_URL"] = fake.base_url
+    env["BACKTHINK_MODEL__API_KEY"] = "sk-test-secret-0123456789"
+    env["BACKTHINK_MODEL__NAME"] = "fake-model"
+    env["BACKTHINK_MODEL__MAX_RETRIES"] = "0"
+    env["BACKTHINK_MODEL__TIMEOUT_S"] = "5"
+    w = Workdir(tmp_path, env)
+    w.write_config()
+    return w

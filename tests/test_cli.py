@@ -1,0 +1,188 @@
+"""The command line as a user runs it: real processes, a real local model endpoint, SQLite."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import Workdir
+from fake_openai import Fail, FakeOpenAI
+
+PUSH = "我想想……她昨天说组会紧张。\n[我决定:push]\n[紧急:warning]\n组会加油，你准备得很充分了。"
+KEY = "sk-test-secret-0123456789"
+
+
+def test_think_json_sends_exact_request(workdir: Workdir, fake: FakeOpenAI) -> None:
+    """think --json runs one round; the endpoint sees persona, history, prompt and state last."""
+    workdir.cli(
+        "messages",
+        "add",
+        "--role",
+        "user",
+        "--text",
+        "明天组会好紧张",
+        "--at",
+        "2026-11-29T22:00:00+08:00",
+    )
+    workdir.cli(
+        "messages",
+        "add",
+        "--role",
+        "assistant",
+        "--text",
+        "别怕，我陪你",
+        "--speaker",
+        "cyrene",
+        "--at",
+        "2026-11-29T22:01:00+08:00",
+    )
+    workdir.cli(
+        "messages",
+        "add",
+        "--role",
+        "user",
+        "--text",
+        "看这个",
+        "--image",
+        "https://example.invalid/cat.png",
+        "--at",
+        "2026-11-29T22:02:00+08:00",
+    )
+    workdir.write_state({"availability": "busy", "notes": ["昨晚睡得晚"]})
+    fake.script(PUSH)
+    result = workdir.think_json()
+    assert result["outcome"] == "suppressed" and result["reason"] == "no_route"
+    assert result["decision"] == {
+        "push": True,
+        "channel": None,
+        "urgency": "warning",
+        "body": "组会加油，你准备得很充分了。",
+    }
+    (request,) = fake.chat_requests
+    assert request.headers["authorization"] == f"Bearer {KEY}"
+    body = request.body
+    assert body["model"] == "fake-model" and body["max_tokens"] == 400
+    roles = [m["role"] for m in body["messages"]]
+    assert roles == ["system", "system", "user", "system", "assistant", "user", "user"]
+    msgs = body["messages"]
+    assert msgs[1]["content"].startswith("[会话角色] ")
+    assert msgs[2]["content"] == "明天组会好紧张"
+    assert msgs[3]["content"] == "[发言归属] 以下发言来自你自己——「昔涟」（cyrene）。"
+    assert msgs[5]["content"] == [
+        {"type": "text", "text": "看这个"},
+        {"type": "image_url", "image_url": {"url": "https://example.invalid/cat.png"}},
+    ]
+    prompt = msgs[-1]["content"]
+    assert "[我决定:push]" in prompt
+    tail = prompt.split("\n\n")[-1].splitlines()
+    assert tail[0] == "触发：定时心跳"
+    assert tail[2:4] == ["[主人当前状态]", "- 可用性：忙碌"]
+    assert "- 备注：昨晚睡得晚" in tail
+
+
+def test_rounds_shows_the_audit_log(workdir: Workdir, fake: FakeOpenAI) -> None:
+    """rounds lists each round with its outcome and reason; --json for scripts."""
+    fake.script("[我决定:no_push]", PUSH)
+    workdir.think_json()
+    workdir.think_json("--trigger", "startup")
+    table = workdir.cli("rounds").stdout.splitlines()
+    assert table[0].split() == [
+        "started",
+        "round",
+        "trigger",
+        "outcome",
+        "reason",
+        "channel",
+        "urgency",
+        "tokens",
+        "ms",
+    ]
+    assert "startup" in table[1] and "no_route" in table[1]
+    assert "heartbeat" in table[2] and "no_push" in table[2]
+    data = json.loads(workdir.cli("rounds", "--json", "--limit", "1").stdout)
+    assert len(data) == 1 and data[0]["trigger"] == "startup"
+    assert data[0]["prompt_tokens"] > 0 and data[0]["latency_ms"] >= 0
+    assert "刚刚回来" in fake.chat_requests[1].body["messages"][-1]["content"]
+
+
+def test_dry_run_calls_nothing(workdir: Workdir, fake: FakeOpenAI) -> None:
+    """--dry-run prints the request and neither calls the model nor records a round."""
+    workdir.cli("messages", "add", "--role", "user", "--text", "在吗")
+    out = workdir.cli("think", "--dry-run").stdout
+    assert out.startswith("--- 1 system ---")
+    assert "--- 2 user ---\n在吗" in out
+    assert "触发：定时心跳" in out
+    as_json = json.loads(workdir.cli("think", "--dry-run", "--json").stdout)
+    assert [m["role"] for m in as_json["messages"]] == ["system", "user", "user"]
+    assert fake.chat_requests == []
+    assert workdir.cli("rounds").stdout.strip() == "no rounds yet"
+
+
+def test_model_failure_is_recorded(workdir: Workdir, fake: FakeOpenAI) -> None:
+    """A 500 ends the round failed/model_error, exit 1, and the key never shows."""
+    fake.script(Fail(500))
+    proc = workdir.cli("think", "--json", check=False)
+    assert proc.returncode == 1
+    result = json.loads(proc.stdout)
+    assert (result["outcome"], result["reason"]) == ("failed", "model_error")
+    assert "HTTP 500" in proc.stderr
+    rounds = workdir.cli("rounds", "--json").stdout
+    for text in (proc.stdout, proc.stderr, rounds):
+        assert KEY not in text
+
+
+def test_no_endpoint_says_what_is_missing(workdir: Workdir) -> None:
+    """Without a base URL, think records a failed round and names the missing setting."""
+    env = {k: v for k, v in workdir.env.items() if k != "BACKTHINK_MODEL__BASE_URL"}
+    workdir.env = env
+    proc = workdir.cli("think", check=False)
+    assert proc.returncode == 1
+    assert "failed / model_error" in proc.stdout
+    assert "no model endpoint configured: set model.base_url" in proc.stdout
+    check = workdir.cli("check", check=False)
+    assert check.returncode == 1
+    assert check.stderr.strip().startswith("backthink: model: no model endpoint configured")
+    assert "ok  database:" in check.stdout
+
+
+def test_check_passes_against_endpoint(workdir: Workdir) -> None:
+    """check validates config, prompts, database and endpoint."""
+    out = workdir.cli("check").stdout
+    assert [line.split(":")[0] for line in out.splitlines()] == [
+        "ok  config",
+        "ok  prompts",
+        "ok  database",
+        "ok  model",
+    ]
+
+
+def test_import_is_all_or_nothing(workdir: Workdir) -> None:
+    """A malformed line is reported with its number and nothing from the file is stored."""
+    good = json.dumps({"role": "user", "text": "a", "at": "2026-11-30T08:00:00"})
+    path = workdir.path / "in.jsonl"
+    path.write_text(good + "\n\n{not json}\n", encoding="utf-8")
+    proc = workdir.cli("messages", "import", str(path), check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith(f"backthink: {path}:3: not valid JSON")
+    assert "Traceback" not in proc.stderr
+    path.write_text(good + "\n" + json.dumps({"role": "user", "txt": "b"}) + "\n", encoding="utf-8")
+    proc = workdir.cli("messages", "import", str(path), check=False)
+    assert proc.stderr.strip() == f"backthink: {path}:2: text: Field required"
+    out = workdir.cli("think", "--dry-run", "--json").stdout
+    assert [m["role"] for m in json.loads(out)["messages"]] == ["system", "user"]
+    path.write_text(good + "\n" + good.replace('"a"', '"b"') + "\n", encoding="utf-8")
+    assert workdir.cli("messages", "import", str(path)).stdout.startswith("imported 2 messages")
+
+
+def test_bad_config_exits_2(workdir: Workdir) -> None:
+    """A wrong key exits 2 with one line naming it."""
+    workdir.write_config("[gate]\ndaily_kap = 3\n")
+    proc = workdir.cli("rounds", check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"backthink: {workdir.config}: gate.daily_kap: unknown key"
+
+
+def test_bad_role_is_a_usage_error(workdir: Workdir) -> None:
+    """messages add rejects an unknown role with a clear line."""
+    proc = workdir.cli("messages", "add", "--role", "robot", "--text", "x", check=False)
+    assert proc.returncode == 2
+    assert "role: must be one of user, assistant, system" in proc.stderr
