@@ -188,3 +188,26 @@ class RoundRecord(_Frozen):
 
 def _iso(value: datetime) -> str:
     return value.isoformat()
+
+
+class OutgoingMessage(_Frozen):
+    """What a channel delivers: one short message of one round."""
+
+    round_id: str
+    owner_id: str
+    persona_id: str
+    persona_name: str = ""
+    text: str
+    urgency: Urgency = Urgency.ROUTINE
+    created_at: AwareDatetime
+
+    def webhook_body(self) -> dict[str, Any]:
+        """The JSON document a webhook receives."""
+        return {
+            "round_id": self.round_id,
+            "owner_id": self.owner_id,
+            "persona": {"id": self.persona_id, "name": self.persona_name},
+            "text": self.text,
+            "urgency": self.urgency.value,
+            "created_at": _iso(self.created_at),
+        }

@@ -16,6 +16,7 @@ from backthink.models import (
     Message,
     ModelMessage,
     ModelReply,
+    OutgoingMessage,
     RoundRecord,
     StateReading,
 )
@@ -85,5 +86,25 @@ class ModelClient(Protocol):
         Raises:
             ModelTimeoutError: the endpoint did not answer in time.
             ModelError: any other failure, including a reply with no usable text.
+        """
+        ...
+
+
+class Channel(Protocol):
+    """One place a message can reach the owner (the web session, a webhook, a chat app)."""
+
+    name: str
+
+    @property
+    def connected(self) -> bool:
+        """Whether the channel can deliver now; a disconnected channel is never chosen."""
+        ...
+
+    async def send(self, message: OutgoingMessage) -> None:
+        """Deliver one message; the round id is its idempotency key.
+
+        Raises:
+            DeliveryError: the message was not delivered; `retryable` says whether
+                trying again later may help.
         """
         ...

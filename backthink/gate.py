@@ -1,0 +1,237 @@
+"""The push gate: pure decisions over a decision, a state snapshot, history and a time.
+
+Nothing here reads a clock or a database. The round gathers the facts
+(`GateHistory`) and passes `at=`; the same inputs always give the same verdict,
+so every rule is pinned down by a table of explicit times.
+
+Order of the cascade: the model's decision, then disturbance (urgency against
+availability and quiet hours), the activity gate, rate limits, unanswered
+backoff, duplicate suppression, and finally the choice of exactly one channel.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, time, timedelta
+from zoneinfo import ZoneInfo
+
+from backthink.config import GateSettings, QuietHours
+from backthink.models import Availability, Decision, Outcome, RoundState, Urgency
+
+WEB_CHANNEL = "web"
+"""The main session's own interface; a message stored without a channel was said there."""
+
+_SPACE_OR_PUNCT = re.compile(r"[\W_]+", re.UNICODE)
+
+
+@dataclass(frozen=True)
+class PastPush:
+    """A proactive message already delivered (written back into the main session)."""
+
+    at: datetime
+    body: str
+    channel: str | None = None
+
+
+@dataclass(frozen=True)
+class GateHistory:
+    """What the gate needs to know about the past, gathered by the round.
+
+    Attributes:
+        last_owner_message_at: when the owner last wrote, if ever.
+        owner_channels: channels of the owner's recent messages, newest first
+            (None means the main session's web interface).
+        pushes: proactive messages delivered recently, newest first.
+    """
+
+    last_owner_message_at: datetime | None = None
+    owner_channels: Sequence[str | None] = ()
+    pushes: Sequence[PastPush] = ()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How a round ends, or (for `deliver`) where its message goes."""
+
+    outcome: Outcome
+    reason: str
+    channel: str | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def deliver(self) -> bool:
+        """True when the message may be sent to `channel`."""
+        return self.outcome is Outcome.DELIVERED
+
+
+def in_quiet_hours(at: datetime, quiet: QuietHours | None, tz: ZoneInfo) -> bool:
+    """Whether `at` falls inside the owner's daily quiet hours.
+
+    The range is compared on the owner's local wall clock, so it keeps its
+    meaning across DST changes: 23:00-07:00 is 23:00-07:00 local on the night
+    the clocks move, even though that night is an hour longer or shorter.
+    """
+    if quiet is None:
+        return False
+    local = at.astimezone(tz).time().replace(tzinfo=None)
+    return _within(local, quiet.start, quiet.end)
+
+
+def _within(t: time, start: time, end: time) -> bool:
+    if start < end:
+        return start <= t < end
+    return t >= start or t < end  # the range crosses midnight
+
+
+def owner_active(last_owner_message_at: datetime | None, window: timedelta, at: datetime) -> bool:
+    """The owner wrote within `window` before `at`: a conversation is going on."""
+    return last_owner_message_at is not None and at - last_owner_message_at < window
+
+
+def pre_gate(
+    *,
+    settings: GateSettings,
+    tz: ZoneInfo,
+    connected: Sequence[str],
+    last_owner_message_at: datetime | None,
+    at: datetime,
+) -> Verdict | None:
+    """Cheap checks before any model call; a verdict means "skip this round".
+
+    Single flight is the caller's job (it needs a lock, not data).
+    """
+    if not connected:
+        return Verdict(Outcome.SKIPPED, "no_route")
+    if owner_active(last_owner_message_at, settings.activity_window, at):
+        return Verdict(Outcome.SKIPPED, "owner_active")
+    if settings.quiet_mode == "skip" and in_quiet_hours(at, settings.quiet_hours, tz):
+        return Verdict(Outcome.SKIPPED, "quiet_hours")
+    return None
+
+
+def disturbance(urgency: Urgency, state: RoundState | None, *, quiet: bool) -> str | None:
+    """The disturbance cascade: the reason a message of this urgency may not disturb now.
+
+    routine needs the owner available; warning also passes when busy; only
+    critical breaks quiet hours and dnd. With availability unknown, quiet hours
+    alone decide.
+    """
+    if urgency is Urgency.CRITICAL:
+        return None
+    if quiet:
+        return "quiet_hours"
+    availability = state.availability if state is not None else None
+    if availability is Availability.DND:
+        return "unavailable"
+    if availability is Availability.BUSY and urgency is Urgency.ROUTINE:
+        return "unavailable"
+    return None
+
+
+def normalize_body(text: str) -> str:
+    """A body's identity for duplicate checks: case, width, spaces and punctuation ignored."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return _SPACE_OR_PUNCT.sub("", folded)
+
+
+def choose_channel(
+    named: str | None,
+    *,
+    owner_channels: Sequence[str | None],
+    connected: Sequence[str],
+    default_channel: str | None,
+) -> tuple[str | None, tuple[str, ...]]:
+    """Pick exactly one channel, or None for no route; also say why when a wish was ignored.
+
+    The named channel wins when it is connected; else the channel of the owner's
+    most recent message among connected ones; else the default channel when
+    connected. Never more than one.
+    """
+    notes: list[str] = []
+    if named is not None:
+        if named in connected:
+            return named, ()
+        notes.append(f"named channel {named!r} is not connected")
+    for channel in owner_channels:
+        name = channel or WEB_CHANNEL
+        if name in connected:
+            return name, tuple(notes)
+    if default_channel is not None and default_channel in connected:
+        return default_channel, tuple(notes)
+    return None, tuple(notes)
+
+
+def evaluate(
+    decision: Decision,
+    *,
+    state: RoundState | None,
+    history: GateHistory,
+    connected: Sequence[str],
+    settings: GateSettings,
+    tz: ZoneInfo,
+    started_at: datetime,
+    at: datetime,
+) -> Verdict:
+    """Decide whether a parsed push reaches the owner now, and where.
+
+    Args:
+        decision: the parsed footer; it must be a push.
+        state: the round's state snapshot (None when unknown).
+        history: the owner's recent activity and pushes, newest first.
+        connected: names of the channels that can deliver now.
+        settings: the gate settings.
+        tz: the owner's time zone (quiet hours, the daily cap's day).
+        started_at: when the round started (an owner message after it means
+            the owner came back while the model was thinking).
+        at: the instant of the decision.
+    """
+    if not decision.push:
+        raise ValueError("evaluate() takes push decisions only")
+    urgency = decision.urgency
+    blocked = disturbance(urgency, state, quiet=in_quiet_hours(at, settings.quiet_hours, tz))
+    if blocked is not None:
+        return Verdict(Outcome.SUPPRESSED, blocked)
+
+    last = history.last_owner_message_at
+    if last is not None and (last > started_at or owner_active(last, settings.activity_window, at)):
+        return Verdict(Outcome.SUPPRESSED, "owner_active")
+
+    pushes = sorted(history.pushes, key=lambda p: p.at, reverse=True)
+    if pushes and urgency is not Urgency.CRITICAL and at - pushes[0].at < settings.min_interval:
+        return Verdict(Outcome.SUPPRESSED, "min_interval")
+    day_start = _local_midnight(at, tz)
+    if sum(1 for p in pushes if p.at >= day_start) >= settings.daily_cap:
+        return Verdict(Outcome.SUPPRESSED, "daily_cap")
+
+    unanswered = sum(1 for p in pushes if last is None or p.at > last)
+    if unanswered >= settings.max_unanswered and urgency is not Urgency.CRITICAL:
+        return Verdict(Outcome.SUPPRESSED, "unanswered")
+
+    key = normalize_body(decision.body)
+    horizon = at - settings.duplicate_window
+    if any(p.at >= horizon and normalize_body(p.body) == key for p in pushes):
+        return Verdict(Outcome.SUPPRESSED, "duplicate")
+
+    channel, notes = choose_channel(
+        decision.channel,
+        owner_channels=history.owner_channels,
+        connected=connected,
+        default_channel=settings.default_channel,
+    )
+    if channel is None:
+        return Verdict(Outcome.SUPPRESSED, "no_route", notes=notes)
+    return Verdict(Outcome.DELIVERED, channel, channel=channel, notes=notes)
+
+
+def _local_midnight(at: datetime, tz: ZoneInfo) -> datetime:
+    """The start of the owner's local day containing `at`, as an aware instant."""
+    local = at.astimezone(tz)
+    return datetime.combine(local.date(), time(0), tzinfo=tz)
+
+
+def history_horizon(settings: GateSettings, at: datetime) -> datetime:
+    """How far back pushes matter to the gate: the longest of its windows, and a day."""
+    return at - max(settings.duplicate_window, settings.min_interval, timedelta(days=1))
