@@ -134,7 +134,8 @@ def disturbance(urgency: Urgency, state: RoundState | None, *, quiet: bool) -> s
 def normalize_body(text: str) -> str:
     """A body's identity for duplicate checks: case, width, spaces and punctuation ignored."""
     folded = unicodedata.normalize("NFKC", text).casefold()
-    return _SPACE_OR_PUNCT.sub("", folded)
+    # A body of only emoji or punctuation keeps its own text, so "😊" and "!!!" differ.
+    return _SPACE_OR_PUNCT.sub("", folded) or folded.strip()
 
 
 def choose_channel(
