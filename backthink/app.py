@@ -10,13 +10,16 @@ from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from backthink.channels import build_channels
 from backthink.config import Settings
+from backthink.delivery import Dispatcher
 from backthink.errors import ConfigError, ModelNotConfiguredError
 from backthink.model_client import OpenAIModelClient
+from backthink.ports import Channel
 from backthink.prompts import PromptBook
 from backthink.round import Thinker
 from backthink.state import FileStateProvider
-from backthink.store import SqlMessageStore, SqlRoundStore, open_store
+from backthink.store import SqlMessageStore, SqlOutbox, SqlRoundStore, open_store
 
 
 class SystemClock:
@@ -61,6 +64,9 @@ class App:
     engine: AsyncEngine
     messages: SqlMessageStore
     rounds: SqlRoundStore
+    outbox: SqlOutbox
+    channels: dict[str, Channel]
+    dispatcher: Dispatcher
     model: OpenAIModelClient | None
     thinker: Thinker
     clock: SystemClock
@@ -71,17 +77,23 @@ async def open_app(settings: Settings) -> AsyncIterator[App]:
     """Open the database (migrating it), build the model client and the thinker."""
     prompts = PromptBook.load(settings.prompt.dir, settings.prompt.language)
     persona_prompt = read_persona_prompt(settings)
+    channels = build_channels(settings.channels)
     engine, messages, rounds = await open_store(settings.database.url)
+    outbox = SqlOutbox(engine)
     model: OpenAIModelClient | None
     try:
         model = OpenAIModelClient(settings.model)
     except ModelNotConfiguredError:
         model = None
     clock = SystemClock()
+    dispatcher = Dispatcher(outbox, channels, clock)
     thinker = Thinker(
         settings,
         messages=messages,
         rounds=rounds,
+        outbox=outbox,
+        channels=channels,
+        dispatcher=dispatcher,
         state=FileStateProvider(settings.state.file, settings.state.max_age),
         model=model,
         clock=clock,
@@ -90,7 +102,9 @@ async def open_app(settings: Settings) -> AsyncIterator[App]:
         model_missing_hint=MODEL_MISSING_HINT,
     )
     try:
-        yield App(settings, engine, messages, rounds, model, thinker, clock)
+        yield App(
+            settings, engine, messages, rounds, outbox, channels, dispatcher, model, thinker, clock
+        )
     finally:
         if model is not None:
             await model.close()

@@ -31,6 +31,9 @@ async def run_checks(settings: Settings) -> AsyncIterator[str]:
         raise CheckError(f"prompts: {exc}") from None
     yield (f"prompts: {settings.prompt.dir} ({settings.prompt.language})")
 
+    kinds = ", ".join(f"{name} ({c.type})" for name, c in settings.channels.items())
+    yield f"channels: {kinds or 'none configured'}"
+
     safe_url = make_url(settings.database.url).render_as_string(hide_password=True)
     try:
         engine, messages, _ = await open_store(settings.database.url)

@@ -27,6 +27,7 @@ async def run_daemon(settings: Settings, *, owner_id: str) -> int:
         )
         if app.model is None:
             log.warning("daemon.model_missing", hint=MODEL_MISSING_HINT)
+        await app.dispatcher.resume(app.rounds)
         rounds = 0
         if settings.schedule.startup_greeting:
             await app.thinker.run_round(owner_id, "startup")

@@ -211,3 +211,27 @@ class OutgoingMessage(_Frozen):
             "urgency": self.urgency.value,
             "created_at": _iso(self.created_at),
         }
+
+
+class DeliveryStatus(StrEnum):
+    """Where an outbox row stands."""
+
+    PENDING = "pending"
+    SENT = "sent"
+    FAILED = "failed"
+
+
+class Delivery(_Frozen):
+    """One outbox row: a message on its way to one channel; its id is the round id."""
+
+    id: str
+    owner_id: str
+    channel: str
+    message: OutgoingMessage
+    status: DeliveryStatus = DeliveryStatus.PENDING
+    attempts: int = 0
+    next_attempt_at: AwareDatetime | None = None
+    last_error: str | None = None
+    created_at: AwareDatetime
+    updated_at: AwareDatetime
+    round_record: RoundRecord | None = None

@@ -13,6 +13,8 @@ from typing import Protocol
 
 from backthink.models import (
     MAIN_SESSION,
+    Delivery,
+    DeliveryStatus,
     Message,
     ModelMessage,
     ModelReply,
@@ -51,6 +53,29 @@ class MessageStore(Protocol):
         """
         ...
 
+    async def last_message(
+        self, owner_id: str, *, role: str | None = None, session_id: str = MAIN_SESSION
+    ) -> Message | None:
+        """Return the newest message of a session, optionally of one role."""
+        ...
+
+    async def last_channels(
+        self,
+        owner_id: str,
+        *,
+        role: str | None = "user",
+        limit: int = 50,
+        session_id: str = MAIN_SESSION,
+    ) -> list[tuple[str | None, datetime]]:
+        """Return (channel, created_at) of the newest messages of a role, newest first."""
+        ...
+
+    async def proactive(
+        self, owner_id: str, limit: int, *, session_id: str = MAIN_SESSION
+    ) -> list[Message]:
+        """Return the newest proactive (delivered) messages of a session, newest first."""
+        ...
+
 
 class RoundStore(Protocol):
     """The audit log of rounds."""
@@ -59,8 +84,46 @@ class RoundStore(Protocol):
         """Store a finished round. Saving the same id twice is an error."""
         ...
 
-    async def list(self, *, owner_id: str | None = None, limit: int = 20) -> list[RoundRecord]:
-        """Return rounds newest first, optionally for one owner."""
+    async def list(
+        self, *, owner_id: str | None = None, trigger: str | None = None, limit: int = 20
+    ) -> list[RoundRecord]:
+        """Return rounds newest first, optionally for one owner and one trigger."""
+        ...
+
+    async def get(self, round_id: str) -> RoundRecord | None:
+        """Return one round, or None."""
+        ...
+
+
+class Outbox(Protocol):
+    """Deliveries on their way out. The round id is the idempotency key of each."""
+
+    async def commit(self, delivery: Delivery, writeback: Message) -> bool:
+        """Store the delivery and write its message back into the main session, atomically.
+
+        Returns False, writing nothing, when this delivery id is already stored.
+        """
+        ...
+
+    async def get(self, delivery_id: str) -> Delivery | None:
+        """Return one delivery, or None."""
+        ...
+
+    async def pending(self, *, limit: int = 100) -> list[Delivery]:
+        """Return deliveries not yet sent nor given up, the earliest due first."""
+        ...
+
+    async def update(
+        self,
+        delivery_id: str,
+        *,
+        status: DeliveryStatus,
+        attempts: int,
+        next_attempt_at: datetime | None,
+        last_error: str | None,
+        at: datetime,
+    ) -> None:
+        """Record the result of an attempt."""
         ...
 
 

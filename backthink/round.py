@@ -1,4 +1,4 @@
-"""One round: state, context, prompt, one model call, footer, gate, record.
+"""One round: pre-gate, state, context, prompt, one model call, footer, gate, delivery, record.
 
 `Thinker.run_round(owner_id, trigger)` is the only orchestration of a round;
 the scheduler, the command line and the benchmarks all call it, and it does
@@ -10,33 +10,49 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 import structlog
 
+from backthink import gate
 from backthink.config import Settings
 from backthink.context import conversation
+from backthink.delivery import Dispatcher
 from backthink.errors import ModelError, StoreError
 from backthink.footer import parse_footer, suppression_reason
 from backthink.models import (
     Decision,
+    Delivery,
     Message,
     ModelMessage,
     ModelReply,
     Outcome,
+    OutgoingMessage,
     RoundRecord,
     RoundState,
     StateReading,
 )
-from backthink.ports import Clock, MessageStore, ModelClient, RoundStore, StateProvider
+from backthink.ports import (
+    Channel,
+    Clock,
+    MessageStore,
+    ModelClient,
+    Outbox,
+    RoundStore,
+    StateProvider,
+)
 from backthink.prompts import PromptBook, render_prompt
 
 log = structlog.get_logger("backthink.round")
 
 # State problems that mean "nobody set up a state file": normal, not worth a note.
 _QUIET_STATE_PROBLEMS = frozenset({"state_not_configured", "state_missing"})
+# How many of the owner's recent messages and pushes the gate looks at.
+OWNER_CHANNEL_LOOKBACK = 20
+PUSH_LOOKBACK = 50
+_NAMED_TRIGGERS = frozenset({"heartbeat", "startup", "cron"})
 
 
 @dataclass(frozen=True)
@@ -58,6 +74,14 @@ class _Result:
     notes: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _Round:
+    id: str
+    owner_id: str
+    trigger: str
+    started: datetime
+
+
 class Thinker:
     """Runs rounds for owners with the ports it is given."""
 
@@ -67,6 +91,9 @@ class Thinker:
         *,
         messages: MessageStore,
         rounds: RoundStore,
+        outbox: Outbox,
+        channels: Mapping[str, Channel],
+        dispatcher: Dispatcher,
         state: StateProvider,
         model: ModelClient | None,
         clock: Clock,
@@ -77,12 +104,16 @@ class Thinker:
         self._settings = settings
         self._messages = messages
         self._rounds = rounds
+        self._outbox = outbox
+        self._channels = channels
+        self._dispatcher = dispatcher
         self._state = state
         self._model = model
         self._clock = clock
         self._prompts = prompts
         self._persona_prompt = persona_prompt.strip()
         self._model_missing_hint = model_missing_hint
+        self._in_flight: set[str] = set()
 
     async def prepare(self, owner_id: str, trigger: str, *, at: datetime) -> Request:
         """Take the state snapshot and assemble the exact request, calling no model."""
@@ -127,26 +158,40 @@ class Thinker:
         out.append(ModelMessage(role="user", text=prompt))
         return out
 
+    def connected(self) -> list[str]:
+        """Names of the channels that can deliver now, in configuration order."""
+        return [name for name, channel in self._channels.items() if channel.connected]
+
     async def run_round(self, owner_id: str, trigger: str) -> RoundRecord:
         """Run one round now and return its record; never raises except on cancellation."""
-        round_id = uuid.uuid4().hex
-        started = self._clock.now()
-        with structlog.contextvars.bound_contextvars(round_id=round_id, owner_id=owner_id):
-            try:
-                result = await self._think(owner_id, trigger, started)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("round.crashed")
-                result = _Result(Outcome.FAILED, "internal_error")
-            record = self._record(round_id, owner_id, trigger, started, result)
+        this = _Round(uuid.uuid4().hex, owner_id, trigger, self._clock.now())
+        with structlog.contextvars.bound_contextvars(round_id=this.id, owner_id=owner_id):
+            if owner_id in self._in_flight:
+                # Single flight: a second round for the same owner would see the same
+                # context and could push the same thought twice.
+                result = _Result(Outcome.SKIPPED, "busy")
+            else:
+                self._in_flight.add(owner_id)
+                try:
+                    result = await self._think(this)
+                except asyncio.CancelledError:
+                    raise
+                except StoreError as exc:
+                    log.error("round.store_failed", error=str(exc))
+                    result = _Result(Outcome.FAILED, "store_error", notes=[str(exc)])
+                except Exception:
+                    log.exception("round.crashed")
+                    result = _Result(Outcome.FAILED, "internal_error")
+                finally:
+                    self._in_flight.discard(owner_id)
+            record = self._record(this, result)
             try:
                 await self._rounds.save(record)
             except StoreError as exc:
                 log.error("round.record_failed", error=str(exc))
             log.info(
                 "round.finished",
-                trigger=_trigger_for_log(trigger),
+                trigger=trigger if trigger.strip().lower() in _NAMED_TRIGGERS else "poke",
                 outcome=record.outcome.value,
                 reason=record.reason,
                 channel=record.channel,
@@ -158,34 +203,119 @@ class Thinker:
             )
             return record
 
-    async def _think(self, owner_id: str, trigger: str, at: datetime) -> _Result:
-        request = await self.prepare(owner_id, trigger, at=at)
+    async def _think(self, this: _Round) -> _Result:
+        g = self._settings.gate
+        tz = self._settings.owner.tz
+        last_owner = await self._messages.last_message(this.owner_id, role="user")
+        skip = gate.pre_gate(
+            settings=g,
+            tz=tz,
+            connected=self.connected(),
+            last_owner_message_at=last_owner.created_at if last_owner else None,
+            at=this.started,
+        )
+        if skip is not None:
+            return _Result(skip.outcome, skip.reason)
+
+        request = await self.prepare(this.owner_id, this.trigger, at=this.started)
         notes = list(request.notes)
         if self._model is None:
-            notes.append(self._model_missing_hint)
-            return _Result(Outcome.FAILED, "model_error", notes=notes)
+            return _Result(Outcome.FAILED, "model_error", notes=[*notes, self._model_missing_hint])
         try:
             reply = await self._model.complete(request.messages)
         except ModelError as exc:
-            notes.append(str(exc))
-            return _Result(Outcome.FAILED, exc.reason, notes=notes)
-        decision = parse_footer(reply.text, max_body_chars=self._settings.gate.max_body_chars)
+            return _Result(Outcome.FAILED, exc.reason, notes=[*notes, str(exc)])
+        decision = parse_footer(reply.text, max_body_chars=g.max_body_chars)
         notes.extend(decision.problems)
         reason = suppression_reason(decision)
         if reason is not None:
             return _Result(Outcome.SUPPRESSED, reason, decision, reply, notes=notes)
-        # Delivery needs the push gate; until a route exists nothing may reach the owner.
-        return _Result(Outcome.SUPPRESSED, "no_route", decision, reply, notes=notes)
 
-    def _record(
-        self, round_id: str, owner_id: str, trigger: str, started: datetime, result: _Result
-    ) -> RoundRecord:
+        at = self._clock.now()
+        verdict = gate.evaluate(
+            decision,
+            state=request.state.state,
+            history=await self._history(this.owner_id),
+            connected=self.connected(),
+            settings=g,
+            tz=tz,
+            started_at=this.started,
+            at=at,
+        )
+        notes.extend(verdict.notes)
+        if not verdict.deliver or verdict.channel is None:
+            return _Result(verdict.outcome, verdict.reason, decision, reply, notes=notes)
+        return await self._deliver(this, decision, reply, verdict.channel, at, notes)
+
+    async def _history(self, owner_id: str) -> gate.GateHistory:
+        last = await self._messages.last_message(owner_id, role="user")
+        channels = await self._messages.last_channels(
+            owner_id, role="user", limit=OWNER_CHANNEL_LOOKBACK
+        )
+        pushes = await self._messages.proactive(owner_id, PUSH_LOOKBACK)
+        return gate.GateHistory(
+            last_owner_message_at=last.created_at if last else None,
+            owner_channels=[channel for channel, _ in channels],
+            pushes=[gate.PastPush(p.created_at, p.text, p.channel) for p in pushes],
+        )
+
+    async def _deliver(
+        self,
+        this: _Round,
+        decision: Decision,
+        reply: ModelReply,
+        channel: str,
+        at: datetime,
+        notes: list[str],
+    ) -> _Result:
+        persona = self._settings.persona
+        outgoing = OutgoingMessage(
+            round_id=this.id,
+            owner_id=this.owner_id,
+            persona_id=persona.id,
+            persona_name=persona.name,
+            text=decision.body,
+            urgency=decision.urgency,
+            created_at=at,
+        )
+        writeback = Message(
+            owner_id=this.owner_id,
+            role="assistant",
+            text=decision.body,
+            speaker=persona.id,
+            channel=channel,
+            origin="proactive",
+            created_at=at,
+        )
+        delivered = _Result(Outcome.DELIVERED, channel, decision, reply, channel, notes)
+        delivery = Delivery(
+            id=this.id,
+            owner_id=this.owner_id,
+            channel=channel,
+            message=outgoing,
+            next_attempt_at=at,
+            created_at=at,
+            updated_at=at,
+            # Kept with the row so a round cut short by a crash is still recorded
+            # once the daemon resumes the delivery.
+            round_record=self._record(this, delivered),
+        )
+        if not await self._outbox.commit(delivery, writeback):
+            log.debug("round.already_committed")
+            return delivered
+        sent = await self._dispatcher.send(delivery)
+        if not sent.sent:
+            failure = [*notes, sent.error] if sent.error else notes
+            return _Result(Outcome.FAILED, "delivery_failed", decision, reply, channel, failure)
+        return delivered
+
+    def _record(self, this: _Round, result: _Result) -> RoundRecord:
         decision, reply = result.decision, result.reply
         return RoundRecord(
-            id=round_id,
-            owner_id=owner_id,
-            trigger=trigger,
-            started_at=started,
+            id=this.id,
+            owner_id=this.owner_id,
+            trigger=this.trigger,
+            started_at=this.started,
             finished_at=self._clock.now(),
             outcome=result.outcome,
             reason=result.reason,
@@ -194,17 +324,10 @@ class Thinker:
             decided_channel=decision.channel if decision else None,
             body=decision.body if decision and decision.body else None,
             channel=result.channel,
-            model=reply.model if reply else (self._model.model_name if self._model else None),
+            model=reply.model if reply else None,
             prompt_tokens=reply.prompt_tokens if reply else None,
             completion_tokens=reply.completion_tokens if reply else None,
             latency_ms=reply.latency_ms if reply else None,
             raw_reply=reply.text if reply else None,
-            notes=result.notes,
+            notes=list(result.notes),
         )
-
-
-def _trigger_for_log(trigger: str) -> str:
-    # A poke's text may be private (a calendar title); only named triggers are logged as is.
-    named = {"heartbeat", "startup", "cron"}
-    key = trigger.strip().lower()
-    return key if key in named else "poke"

@@ -7,18 +7,30 @@ them behaves exactly like a production round minus the I/O.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
-from backthink.errors import ModelError
-from backthink.models import ModelMessage, ModelReply, RoundState, StateReading
-from backthink.store.memory import MemoryMessageStore, MemoryRoundStore
+from backthink.config import Settings
+from backthink.delivery import Dispatcher
+from backthink.errors import DeliveryError, ModelError
+from backthink.models import ModelMessage, ModelReply, OutgoingMessage, RoundState, StateReading
+from backthink.ports import Channel, ModelClient
+from backthink.prompts import PromptBook
+from backthink.round import Thinker
+from backthink.store.memory import MemoryMessageStore, MemoryOutbox, MemoryRoundStore
 
 __all__ = [
+    "FailingModel",
     "FakeClock",
     "MemoryMessageStore",
+    "MemoryOutbox",
     "MemoryRoundStore",
+    "RecordingChannel",
+    "Rig",
     "ScriptedModel",
     "StaticState",
+    "make_rig",
 ]
 
 
@@ -110,3 +122,87 @@ class StaticState:
     def read(self, at: datetime) -> StateReading:
         """Return the fixed reading."""
         return self.reading
+
+
+class RecordingChannel:
+    """A channel that records what it was asked to send, and fails on request."""
+
+    def __init__(self, name: str, *, connected: bool = True) -> None:
+        self.name = name
+        self._connected = connected
+        self.sent: list[OutgoingMessage] = []
+        self.attempts = 0
+        self._failures: list[DeliveryError] = []
+
+    @property
+    def connected(self) -> bool:
+        """Whether the gate may choose this channel."""
+        return self._connected
+
+    def fail_next(self, count: int = 1, *, retryable: bool = True) -> None:
+        """Make the next `count` sends fail."""
+        self._failures.extend(
+            DeliveryError(self.name, "scripted failure", retryable=retryable) for _ in range(count)
+        )
+
+    async def send(self, message: OutgoingMessage) -> None:
+        """Record the message, or raise the next scripted failure."""
+        self.attempts += 1
+        if self._failures:
+            raise self._failures.pop(0)
+        self.sent.append(message)
+
+
+async def no_sleep(seconds: float) -> None:
+    """A sleep that returns at once, for retry loops under test."""
+
+
+@dataclass
+class Rig:
+    """A Thinker wired to in-memory fakes, with every part reachable for assertions."""
+
+    thinker: Thinker
+    messages: MemoryMessageStore
+    rounds: MemoryRoundStore
+    outbox: MemoryOutbox
+    channels: dict[str, Channel]
+    dispatcher: Dispatcher
+    clock: FakeClock
+    state: StaticState = field(default_factory=StaticState)
+
+
+def make_rig(
+    settings: Settings,
+    *,
+    model: ModelClient | None,
+    channels: Sequence[Channel] | None = None,
+    clock: FakeClock | None = None,
+    state: StaticState | None = None,
+    messages: MemoryMessageStore | None = None,
+    prompts_dir: Path | None = None,
+    persona_prompt: str = "",
+) -> Rig:
+    """Build a Thinker on in-memory stores; channels default to one connected `web`."""
+    clock = clock or FakeClock()
+    state = state or StaticState()
+    messages = messages if messages is not None else MemoryMessageStore()
+    rounds = MemoryRoundStore()
+    outbox = MemoryOutbox(messages)
+    by_name: dict[str, Channel] = {
+        c.name: c for c in (channels if channels is not None else [RecordingChannel("web")])
+    }
+    dispatcher = Dispatcher(outbox, by_name, clock, sleep=no_sleep)
+    thinker = Thinker(
+        settings,
+        messages=messages,
+        rounds=rounds,
+        outbox=outbox,
+        channels=by_name,
+        dispatcher=dispatcher,
+        state=state,
+        model=model,
+        clock=clock,
+        prompts=PromptBook.load(prompts_dir or settings.prompt.dir, settings.prompt.language),
+        persona_prompt=persona_prompt,
+    )
+    return Rig(thinker, messages, rounds, outbox, by_name, dispatcher, clock, state)

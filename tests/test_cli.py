@@ -50,7 +50,7 @@ def test_think_json_sends_exact_request(workdir: Workdir, fake: FakeOpenAI) -> N
     workdir.write_state({"availability": "busy", "notes": ["昨晚睡得晚"]})
     fake.script(PUSH)
     result = workdir.think_json()
-    assert result["outcome"] == "suppressed" and result["reason"] == "no_route"
+    assert (result["outcome"], result["reason"], result["channel"]) == ("delivered", "web", "web")
     assert result["decision"] == {
         "push": True,
         "channel": None,
@@ -150,6 +150,7 @@ def test_check_passes_against_endpoint(workdir: Workdir) -> None:
     assert [line.split(":")[0] for line in out.splitlines()] == [
         "ok  config",
         "ok  prompts",
+        "ok  channels",
         "ok  database",
         "ok  model",
     ]

@@ -11,7 +11,6 @@ import pytest
 from backthink.config import Settings
 from backthink.errors import ModelError, ModelTimeoutError, StoreError
 from backthink.models import Availability, Message, ModelMessage, Outcome, RoundState
-from backthink.prompts import PromptBook
 from backthink.round import Thinker
 from backthink.testing import (
     FakeClock,
@@ -19,6 +18,7 @@ from backthink.testing import (
     MemoryRoundStore,
     ScriptedModel,
     StaticState,
+    make_rig,
 )
 
 PROMPTS = Path(__file__).resolve().parent.parent / "config/prompts"
@@ -32,13 +32,13 @@ def settings(**gate: object) -> Settings:
             "owner": {"id": "o", "name": "开拓者", "timezone": "Asia/Shanghai"},
             "persona": {"id": "cyrene", "name": "昔涟"},
             "prompt": {"dir": str(PROMPTS)},
-            "gate": gate,
+            "gate": {"default_channel": "web", **gate},
         }
     )
 
 
 class BrokenStore(MemoryMessageStore):
-    """A message store whose reads fail."""
+    """A message store whose history reads fail."""
 
     async def recent(self, owner_id: str, limit: int, *, session_id: str = "main") -> list[Message]:
         raise StoreError("database is locked")
@@ -51,19 +51,15 @@ def make(
     state: RoundState | None = None,
     s: Settings | None = None,
 ) -> tuple[Thinker, MemoryRoundStore]:
-    s = s or settings()
-    rounds = MemoryRoundStore()
-    thinker = Thinker(
-        s,
-        messages=store or MemoryMessageStore(),
-        rounds=rounds,
-        state=StaticState(state),
+    rig = make_rig(
+        s or settings(),
         model=model,
+        messages=store,
+        state=StaticState(state),
         clock=FakeClock(T0),
-        prompts=PromptBook.load(s.prompt.dir, s.prompt.language),
         persona_prompt="你是昔涟。",
     )
-    return thinker, rounds
+    return rig.thinker, rig.rounds
 
 
 async def seed(store: MemoryMessageStore, items: Sequence[tuple[str, str, str | None]]) -> None:
@@ -119,7 +115,7 @@ async def test_recent_window_is_limited() -> None:
         ("I think I should say hi.", Outcome.SUPPRESSED, "parse_failed"),
         ("[我决定:push]\n", Outcome.SUPPRESSED, "empty_body"),
         ("[我决定:push]\n" + "长" * 700, Outcome.SUPPRESSED, "body_too_long"),
-        (PUSH, Outcome.SUPPRESSED, "no_route"),
+        (PUSH, Outcome.DELIVERED, "web"),
     ],
 )
 async def test_outcomes(reply: str, outcome: Outcome, reason: str) -> None:

@@ -1,20 +1,23 @@
-"""Persistence: SQLModel tables, the async engine, migrations and the message and round stores."""
+"""Persistence: SQLModel tables, the async engine, migrations, the stores and the outbox."""
 
 from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backthink.store.engine import BUSY_TIMEOUT_MS, create_engine
-from backthink.store.memory import MemoryMessageStore, MemoryRoundStore
+from backthink.store.memory import MemoryMessageStore, MemoryOutbox, MemoryRoundStore
 from backthink.store.messages import SqlMessageStore
 from backthink.store.migrator import migrate
+from backthink.store.outbox import SqlOutbox
 from backthink.store.rounds import SqlRoundStore
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
     "MemoryMessageStore",
+    "MemoryOutbox",
     "MemoryRoundStore",
     "SqlMessageStore",
+    "SqlOutbox",
     "SqlRoundStore",
     "create_engine",
     "migrate",

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pydantic import ValidationError
 
 from backthink.errors import StoreError
-from backthink.models import MAIN_SESSION, Message, RoundRecord
+from backthink.models import MAIN_SESSION, Delivery, DeliveryStatus, Message, RoundRecord
 from backthink.store.failures import describe
 
 
@@ -113,6 +113,19 @@ class MemoryMessageStore:
             found.append((message.channel, message.created_at))
         return found
 
+    async def proactive(
+        self, owner_id: str, limit: int, *, session_id: str = MAIN_SESSION
+    ) -> builtins.list[Message]:
+        """Return the newest `limit` proactive messages of a session, newest first."""
+        _check_limit(limit)
+        found: builtins.list[Message] = []
+        for message in self._newest_first(owner_id, session_id, None):
+            if len(found) == limit:
+                break
+            if message.origin == "proactive":
+                found.append(message)
+        return found
+
 
 class MemoryRoundStore:
     """A RoundStore in a dict keyed by round id."""
@@ -137,10 +150,65 @@ class MemoryRoundStore:
         return self._rounds.get(round_id)
 
     async def list(
-        self, *, owner_id: str | None = None, limit: int = 20
+        self, *, owner_id: str | None = None, trigger: str | None = None, limit: int = 20
     ) -> builtins.list[RoundRecord]:
-        """Return rounds newest first (by start time, then id), optionally for one owner."""
+        """Return rounds newest first (by start time, then id), optionally for one owner/trigger."""
         _check_limit(limit)
-        found = [r for r in self._rounds.values() if owner_id is None or r.owner_id == owner_id]
+        found = [
+            r
+            for r in self._rounds.values()
+            if (owner_id is None or r.owner_id == owner_id)
+            and (trigger is None or r.trigger == trigger)
+        ]
         found.sort(key=lambda record: (record.started_at, record.id), reverse=True)
         return found[:limit]
+
+
+class MemoryOutbox:
+    """An outbox in a dict, writing back into a MemoryMessageStore atomically."""
+
+    def __init__(self, messages: MemoryMessageStore) -> None:
+        """Write back into `messages`."""
+        self._messages = messages
+        self._rows: dict[str, Delivery] = {}
+
+    async def commit(self, delivery: Delivery, writeback: Message) -> bool:
+        """Store the row and the write-back message together; False if the id exists."""
+        if delivery.id in self._rows:
+            return False
+        # _store validates before keeping anything, so a bad message keeps no row either.
+        self._messages._store([writeback])
+        self._rows[delivery.id] = delivery
+        return True
+
+    async def get(self, delivery_id: str) -> Delivery | None:
+        """Return one delivery, or None."""
+        return self._rows.get(delivery_id)
+
+    async def pending(self, *, limit: int = 100) -> builtins.list[Delivery]:
+        """Return pending deliveries, the earliest due first."""
+        rows = [d for d in self._rows.values() if d.status is DeliveryStatus.PENDING]
+        rows.sort(key=lambda d: (d.next_attempt_at or d.created_at, d.created_at))
+        return rows[:limit]
+
+    async def update(
+        self,
+        delivery_id: str,
+        *,
+        status: DeliveryStatus,
+        attempts: int,
+        next_attempt_at: datetime | None,
+        last_error: str | None,
+        at: datetime,
+    ) -> None:
+        """Record the result of a delivery attempt."""
+        row = self._rows[delivery_id]
+        self._rows[delivery_id] = row.model_copy(
+            update={
+                "status": status,
+                "attempts": attempts,
+                "next_attempt_at": next_attempt_at,
+                "last_error": last_error,
+                "updated_at": at.astimezone(UTC),
+            }
+        )

@@ -20,7 +20,12 @@ _NEWEST_FIRST = (col(MessageRow.created_at).desc(), col(MessageRow.id).desc())
 
 
 def recent_query(
-    owner_id: str, limit: int, *, session_id: str = MAIN_SESSION, role: str | None = None
+    owner_id: str,
+    limit: int,
+    *,
+    session_id: str = MAIN_SESSION,
+    role: str | None = None,
+    origin: str | None = None,
 ) -> SelectOfScalar[MessageRow]:
     """The newest `limit` messages of a session, newest first: a backward walk of its index."""
     query = select(MessageRow).where(
@@ -28,6 +33,8 @@ def recent_query(
     )
     if role is not None:
         query = query.where(col(MessageRow.role) == role)
+    if origin is not None:
+        query = query.where(col(MessageRow.origin) == origin)
     return query.order_by(*_NEWEST_FIRST).limit(limit)
 
 
@@ -160,3 +167,16 @@ class SqlMessageStore:
             async with self._session() as session:
                 rows = (await session.exec(query)).all()
         return [(channel, created_at) for channel, created_at in rows]
+
+    async def proactive(
+        self, owner_id: str, limit: int, *, session_id: str = MAIN_SESSION
+    ) -> list[Message]:
+        """Return the newest `limit` proactive messages of a session, newest first.
+
+        One query on `ix_message_origin`, however many chat messages lie between.
+        """
+        _check_limit(limit)
+        query = recent_query(owner_id, limit, session_id=session_id, origin="proactive")
+        with store_errors("could not read messages"):
+            async with self._session() as session:
+                return [_to_message(row) for row in (await session.exec(query)).all()]

@@ -59,14 +59,16 @@ class SqlRoundStore:
                 return None if row is None else _to_record(row)
 
     async def list(
-        self, *, owner_id: str | None = None, limit: int = 20
+        self, *, owner_id: str | None = None, trigger: str | None = None, limit: int = 20
     ) -> builtins.list[RoundRecord]:
-        """Return rounds newest first (by start time, then id), optionally for one owner."""
+        """Return rounds newest first (by start time, then id), optionally for one owner/trigger."""
         if limit < 0:
             raise ValueError(f"limit must not be negative, got {limit}")
         query = select(RoundRow)
         if owner_id is not None:
             query = query.where(col(RoundRow.owner_id) == owner_id)
+        if trigger is not None:
+            query = query.where(col(RoundRow.trigger) == trigger)
         query = query.order_by(col(RoundRow.started_at).desc(), col(RoundRow.id).desc())
         with store_errors("could not read rounds"):
             async with self._session() as session:

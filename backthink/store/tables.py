@@ -49,6 +49,9 @@ class MessageRow(_Table, table=True):
         # The newest messages of one session are a backward walk of this index,
         # so reading the last N costs the same at any history size.
         Index("ix_message_recent", "owner_id", "session_id", "created_at", "id"),
+        # The gate reads the owner's latest proactive messages; without this index
+        # that read would walk back through every chat message in between.
+        Index("ix_message_origin", "owner_id", "session_id", "origin", "created_at", "id"),
         CheckConstraint(_one_of("origin", ORIGINS), name="origin"),
     )
 
@@ -95,9 +98,13 @@ class DeliveryRow(_Table, table=True):
     """The outbox: one delivery per round (its id is the round id), retried until done."""
 
     __tablename__ = "delivery"
-    __table_args__ = (CheckConstraint(_one_of("status", DELIVERY_STATUSES), name="status"),)
+    __table_args__ = (
+        CheckConstraint(_one_of("status", DELIVERY_STATUSES), name="status"),
+        Index("ix_delivery_status_next", "status", "next_attempt_at"),
+    )
 
     id: str = Field(primary_key=True, sa_type=String)
+    owner_id: str = Field(sa_type=String, sa_column_kwargs={"server_default": "default"})
     channel: str = Field(sa_type=String)
     payload: str = Field(sa_type=Text)
     status: str = Field(default="pending", sa_type=String)
@@ -106,3 +113,6 @@ class DeliveryRow(_Table, table=True):
     last_error: str | None = Field(default=None, sa_type=Text)
     created_at: datetime = Field(sa_type=UTCDateTime)
     updated_at: datetime = Field(sa_type=UTCDateTime)
+    # The round's record as it stood when the delivery was committed, so a round
+    # interrupted by a crash can still be recorded once its delivery completes.
+    round_record: str | None = Field(default=None, sa_type=Text)

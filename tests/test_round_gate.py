@@ -1,0 +1,295 @@
+"""Rounds through the gate and the outbox: pre-gate skips, delivery, write-back, retries."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from backthink.config import Settings
+from backthink.delivery import RESUMED_NOTE, Dispatcher
+from backthink.models import (
+    Availability,
+    Delivery,
+    DeliveryStatus,
+    Message,
+    ModelMessage,
+    ModelReply,
+    Outcome,
+    OutgoingMessage,
+    RoundRecord,
+    RoundState,
+)
+from backthink.testing import (
+    FakeClock,
+    RecordingChannel,
+    Rig,
+    ScriptedModel,
+    StaticState,
+    make_rig,
+    no_sleep,
+)
+
+PROMPTS = Path(__file__).resolve().parent.parent / "config/prompts"
+NOON = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)  # 12:00 in Shanghai
+NIGHT = datetime(2026, 11, 30, 19, 0, tzinfo=UTC)  # 03:00 in Shanghai
+PUSH = "[我决定:push]\n组会加油。"
+CRITICAL = "[我决定:push]\n[紧急:critical]\n航班一小时后起飞，该出门了！"
+
+
+def settings(**gate: object) -> Settings:
+    return Settings.model_validate(
+        {
+            "owner": {"id": "o", "timezone": "Asia/Shanghai"},
+            "persona": {"id": "cyrene", "name": "昔涟"},
+            "prompt": {"dir": str(PROMPTS)},
+            "gate": {"default_channel": "web", **gate},
+            "channels": {"web": {"type": "web"}, "phone": {"type": "web"}},
+        }
+    )
+
+
+def rig(
+    *replies: str,
+    at: datetime = NOON,
+    state: RoundState | None = None,
+    channels: Sequence[RecordingChannel] | None = None,
+    **gate: object,
+) -> tuple[Rig, ScriptedModel]:
+    model = ScriptedModel(*replies)
+    r = make_rig(
+        settings(**gate),
+        model=model,
+        clock=FakeClock(at),
+        state=StaticState(state),
+        channels=channels if channels is not None else [RecordingChannel("web")],
+    )
+    return r, model
+
+
+async def say(r: Rig, text: str, *, ago: timedelta, channel: str | None = None) -> None:
+    await r.messages.add(
+        Message(
+            owner_id="o", role="user", text=text, channel=channel, created_at=r.clock.now() - ago
+        )
+    )
+
+
+async def test_delivered_push_is_written_back_and_sent() -> None:
+    """A push goes to one channel, and the message lands in the main session as the persona's."""
+    r, model = rig(PUSH)
+    record = await r.thinker.run_round("o", "heartbeat")
+    assert (record.outcome, record.reason, record.channel) == (Outcome.DELIVERED, "web", "web")
+    web = r.channels["web"]
+    assert isinstance(web, RecordingChannel)
+    assert [m.text for m in web.sent] == ["组会加油。"]
+    assert web.sent[0].round_id == record.id
+    (written,) = await r.messages.proactive("o", 10)
+    assert (written.role, written.speaker, written.channel, written.origin) == (
+        "assistant",
+        "cyrene",
+        "web",
+        "proactive",
+    )
+    delivery = await r.outbox.get(record.id)
+    assert delivery is not None and delivery.status is DeliveryStatus.SENT
+    model.assert_complete()
+
+
+@pytest.mark.parametrize(
+    ("setup", "reason"),
+    [
+        ("no_channels", "no_route"),
+        ("owner_chatting", "owner_active"),
+        ("quiet_skip", "quiet_hours"),
+    ],
+)
+async def test_pre_gate_skips_without_a_model_call(setup: str, reason: str) -> None:
+    """Pre-gate skips cost no tokens: the model is never called."""
+    if setup == "no_channels":
+        r, model = rig(channels=[RecordingChannel("web", connected=False)])
+    elif setup == "owner_chatting":
+        r, model = rig()
+        await say(r, "在吗", ago=timedelta(minutes=3))
+    else:
+        r, model = rig(at=NIGHT, quiet_mode="skip")
+    record = await r.thinker.run_round("o", "heartbeat")
+    assert (record.outcome, record.reason) == (Outcome.SKIPPED, reason)
+    assert model.calls == []
+
+
+async def test_quiet_hours_critical_only_still_thinks() -> None:
+    """In critical_only mode the model runs at night; routine is held, critical passes."""
+    r, model = rig(PUSH, CRITICAL, at=NIGHT)
+    first = await r.thinker.run_round("o", "heartbeat")
+    second = await r.thinker.run_round("o", "heartbeat")
+    assert (first.outcome, first.reason) == (Outcome.SUPPRESSED, "quiet_hours")
+    assert (second.outcome, second.reason) == (Outcome.DELIVERED, "web")
+    assert len(model.calls) == 2
+
+
+async def test_dnd_state_holds_warning() -> None:
+    """The same snapshot feeds the prompt and the gate: dnd holds a warning push."""
+    state = RoundState(updated_at=NOON, availability=Availability.DND)
+    r, model = rig("[我决定:push]\n[紧急:warning]\n下雨了带伞", state=state)
+    record = await r.thinker.run_round("o", "heartbeat")
+    assert (record.outcome, record.reason) == (Outcome.SUPPRESSED, "unavailable")
+    assert "- 可用性：勿扰" in model.calls[0][-1].text
+
+
+class ReplyingOwnerModel(ScriptedModel):
+    """A model during whose thinking the owner writes a message."""
+
+    def __init__(self, r_holder: list[Rig], reply: str) -> None:
+        super().__init__(reply)
+        self.holder = r_holder
+
+    async def complete(self, messages: Sequence[ModelMessage]) -> ModelReply:
+        r = self.holder[0]
+        r.clock.advance(timedelta(seconds=20))
+        await say(r, "我回来了", ago=timedelta(0))
+        return await super().complete(messages)
+
+
+async def test_owner_message_during_thinking_suppresses() -> None:
+    """An owner message that arrives while the model runs suppresses the push."""
+    holder: list[Rig] = []
+    model = ReplyingOwnerModel(holder, PUSH)
+    r = make_rig(settings(activity_window="1s"), model=model, clock=FakeClock(NOON))
+    holder.append(r)
+    record = await r.thinker.run_round("o", "heartbeat")
+    assert (record.outcome, record.reason) == (Outcome.SUPPRESSED, "owner_active")
+
+
+async def test_channel_follows_the_owner() -> None:
+    """Auto channel: the owner's most recent message decides; a named channel wins."""
+    phone, web = RecordingChannel("phone"), RecordingChannel("web")
+    r, _ = rig(PUSH, "[我决定:push]\n[渠道:web]\n第二条", channels=[web, phone], min_interval="0s")
+    await say(r, "从手机发的", ago=timedelta(hours=1), channel="phone")
+    first = await r.thinker.run_round("o", "heartbeat")
+    r.clock.advance(timedelta(minutes=5))
+    second = await r.thinker.run_round("o", "heartbeat")
+    assert (first.channel, second.channel) == ("phone", "web")
+    assert [len(phone.sent), len(web.sent)] == [1, 1]
+
+
+async def test_rate_limits_and_duplicates_across_rounds() -> None:
+    """A second push within min_interval is held; the same body later is a duplicate."""
+    r, _ = rig(PUSH, PUSH, PUSH, max_unanswered=5)
+    assert (await r.thinker.run_round("o", "heartbeat")).outcome is Outcome.DELIVERED
+    r.clock.advance(timedelta(minutes=30))
+    assert (await r.thinker.run_round("o", "heartbeat")).reason == "min_interval"
+    r.clock.advance(timedelta(hours=3))
+    assert (await r.thinker.run_round("o", "heartbeat")).reason == "duplicate"
+
+
+async def test_failing_channel_ends_failed_after_retries() -> None:
+    """A channel that keeps failing ends the round failed/delivery_failed, nothing lost."""
+    web = RecordingChannel("web")
+    web.fail_next(5)
+    r, _ = rig(PUSH, channels=[web])
+    record = await r.thinker.run_round("o", "heartbeat")
+    assert (record.outcome, record.reason) == (Outcome.FAILED, "delivery_failed")
+    assert web.attempts == 3 and web.sent == []
+    delivery = await r.outbox.get(record.id)
+    assert delivery is not None and delivery.status is DeliveryStatus.FAILED
+    assert delivery.attempts == 3 and delivery.last_error == "scripted failure"
+    assert len(await r.messages.proactive("o", 10)) == 1
+
+
+async def test_transient_failure_is_retried() -> None:
+    """One failure then success: delivered, two attempts."""
+    web = RecordingChannel("web")
+    web.fail_next(1)
+    r, _ = rig(PUSH, channels=[web])
+    record = await r.thinker.run_round("o", "heartbeat")
+    assert record.outcome is Outcome.DELIVERED and web.attempts == 2
+
+
+async def test_permanent_failure_is_not_retried() -> None:
+    """A refusal that retrying cannot fix is not retried."""
+    web = RecordingChannel("web")
+    web.fail_next(1, retryable=False)
+    r, _ = rig(PUSH, channels=[web])
+    record = await r.thinker.run_round("o", "heartbeat")
+    assert record.reason == "delivery_failed" and web.attempts == 1
+
+
+class SlowModel(ScriptedModel):
+    """A model that waits for a release before answering."""
+
+    def __init__(self, release: asyncio.Event, *replies: str) -> None:
+        super().__init__(*replies)
+        self.release = release
+
+    async def complete(self, messages: Sequence[ModelMessage]) -> ModelReply:
+        await self.release.wait()
+        return await super().complete(messages)
+
+
+async def test_single_flight_per_owner() -> None:
+    """A second round for an owner while one runs is skipped/busy; other owners run."""
+    release = asyncio.Event()
+    model = SlowModel(release, "[我决定:no_push]", "[我决定:no_push]")
+    r = make_rig(settings(), model=model, clock=FakeClock(NOON))
+    first = asyncio.create_task(r.thinker.run_round("o", "heartbeat"))
+    await asyncio.sleep(0)
+    second = await r.thinker.run_round("o", "heartbeat")
+    assert (second.outcome, second.reason) == (Outcome.SKIPPED, "busy")
+    other = asyncio.create_task(r.thinker.run_round("p", "heartbeat"))
+    await asyncio.sleep(0)
+    release.set()
+    async with asyncio.timeout(5):
+        assert (await first).reason == "no_push"
+        assert (await other).reason == "no_push"
+
+
+async def test_resume_sends_pending_and_records_the_round() -> None:
+    """A delivery left pending by a crash is sent at start and its round recorded once."""
+    r, _ = rig()
+    record = RoundRecord(
+        id="r1",
+        owner_id="o",
+        trigger="heartbeat",
+        started_at=NOON,
+        finished_at=NOON,
+        outcome=Outcome.DELIVERED,
+        reason="web",
+        push=True,
+        body="hi",
+        channel="web",
+    )
+    message = OutgoingMessage(
+        round_id="r1", owner_id="o", persona_id="c", text="hi", created_at=NOON
+    )
+    delivery = Delivery(
+        id="r1",
+        owner_id="o",
+        channel="web",
+        message=message,
+        created_at=NOON,
+        updated_at=NOON,
+        round_record=record,
+    )
+    writeback = Message(
+        owner_id="o",
+        role="assistant",
+        text="hi",
+        origin="proactive",
+        channel="web",
+        created_at=NOON,
+    )
+    assert await r.outbox.commit(delivery, writeback)
+    assert not await r.outbox.commit(delivery, writeback)
+    dispatcher = Dispatcher(r.outbox, r.channels, r.clock, sleep=no_sleep)
+    assert await dispatcher.resume(r.rounds) == 1
+    assert await dispatcher.resume(r.rounds) == 0
+    web = r.channels["web"]
+    assert isinstance(web, RecordingChannel) and len(web.sent) == 1
+    saved = await r.rounds.get("r1")
+    assert saved is not None and saved.outcome is Outcome.DELIVERED
+    assert RESUMED_NOTE in saved.notes
+    assert len(await r.messages.proactive("o", 10)) == 1
