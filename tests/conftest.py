@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from fake_openai import FakeOpenAI
+from webhook_receiver import WebhookReceiver
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI_TIMEOUT_S = 60  # seconds for one command-line run
@@ -107,3 +108,10 @@ def workdir(tmp_path: Path, fake: FakeOpenAI) -> Workdir:
     w = Workdir(tmp_path, env)
     w.write_config()
     return w
+
+
+@pytest.fixture
+def receiver() -> Iterator[WebhookReceiver]:
+    """A local webhook receiver on 127.0.0.1."""
+    with WebhookReceiver() as r:
+        yield r
