@@ -1,0 +1,254 @@
+"""A scripted day of rounds on SQLite, covering every reason code a round can end with.
+
+Run as a script to keep the database and look at it with `backthink rounds`::
+
+    python tests/scripted_day.py var/day.db
+    BACKTHINK_DATABASE__URL=sqlite+aiosqlite:///var/day.db backthink --owner day rounds --limit 50
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from backthink.config import Settings
+from backthink.delivery import Dispatcher
+from backthink.errors import ModelError, ModelTimeoutError, StoreError
+from backthink.models import (
+    Availability,
+    Message,
+    ModelMessage,
+    ModelReply,
+    RoundRecord,
+    RoundState,
+)
+from backthink.prompts import PromptBook
+from backthink.round import Thinker
+from backthink.store import SqlMessageStore, SqlOutbox, open_store
+from backthink.testing import FakeClock, RecordingChannel, ScriptedModel, StaticState, no_sleep
+
+ROOT = Path(__file__).resolve().parent.parent
+OWNER = "day"
+DAY = datetime(2026, 11, 29, 22, 30, tzinfo=UTC)  # 06:30 on Monday 30 November in Shanghai
+
+
+def push(body: str, urgency: str = "routine", channel: str | None = None) -> str:
+    lines = ["[我决定:push]", f"[紧急:{urgency}]"]
+    if channel:
+        lines.append(f"[渠道:{channel}]")
+    return "\n".join([*lines, body])
+
+
+class DayModel(ScriptedModel):
+    """A scripted model that can also stall forever (for the single-flight round)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stall: asyncio.Event | None = None
+
+    async def complete(self, messages: Sequence[ModelMessage]) -> ModelReply:
+        if self.stall is not None:
+            await self.stall.wait()
+        return await super().complete(messages)
+
+
+class FlakyProactiveStore(SqlMessageStore):
+    """A message store whose gate-history read fails once, as a locked database would."""
+
+    fail_next = False
+
+    async def proactive(
+        self, owner_id: str, limit: int, *, session_id: str = "main"
+    ) -> list[Message]:
+        if self.fail_next:
+            self.fail_next = False
+            raise StoreError("could not read messages: database is locked")
+        return await super().proactive(owner_id, limit, session_id=session_id)
+
+
+def settings(**gate: object) -> Settings:
+    return Settings.model_validate(
+        {
+            "owner": {"id": OWNER, "name": "开拓者", "timezone": "Asia/Shanghai"},
+            "persona": {"id": "cyrene", "name": "昔涟"},
+            "prompt": {"dir": str(ROOT / "config/prompts")},
+            "gate": {"default_channel": "web", "max_unanswered": 3, "daily_cap": 5, **gate},
+            "channels": {"web": {"type": "web"}, "phone": {"type": "web"}},
+        }
+    )
+
+
+async def run_day(url: str) -> list[RoundRecord]:
+    """Play the day and return every round, oldest first."""
+    engine, _, rounds = await open_store(url)
+    messages = FlakyProactiveStore(engine)
+    outbox = SqlOutbox(engine)
+    clock = FakeClock(DAY)
+    model = DayModel()
+    state = StaticState()
+    web, phone = RecordingChannel("web"), RecordingChannel("phone")
+
+    def thinker(s: Settings, channels: Sequence[RecordingChannel] = (web, phone)) -> Thinker:
+        by_name = {c.name: c for c in channels}
+        return Thinker(
+            s,
+            messages=messages,
+            rounds=rounds,
+            outbox=outbox,
+            channels=by_name,
+            dispatcher=Dispatcher(outbox, by_name, clock, sleep=no_sleep),
+            state=state,
+            model=model,
+            clock=clock,
+            prompts=PromptBook.load(s.prompt.dir, s.prompt.language),
+            persona_prompt="你是昔涟。",
+        )
+
+    main = thinker(settings())
+    skip_quiet = thinker(settings(quiet_mode="skip"))
+    nowhere = thinker(settings(), channels=[RecordingChannel("web", connected=False)])
+    unrouted = thinker(settings(default_channel=None))
+
+    async def at(hour: int, minute: int = 0) -> None:
+        clock.set(DAY.replace(hour=22, minute=30) + timedelta(hours=hour - 6, minutes=minute - 30))
+
+    async def owner_says(text: str, channel: str | None = None) -> None:
+        await messages.add(
+            Message(owner_id=OWNER, role="user", text=text, channel=channel, created_at=clock.now())
+        )
+
+    async def heartbeat(t: Thinker = main, trigger: str = "heartbeat") -> RoundRecord:
+        return await t.run_round(OWNER, trigger)
+
+    # 06:30 quiet hours, skip mode: no model call at all.
+    await at(6, 30)
+    await heartbeat(skip_quiet)
+    # 06:40 quiet hours, critical_only: a routine thought is held...
+    await at(6, 40)
+    model.push(push("早安，今天有组会哦。"))
+    await heartbeat()
+    # 06:50 ...but a storm warning is critical and breaks them (no route known yet: web).
+    await at(6, 50)
+    model.push(push("暴雨预警，出门一定带伞。", "critical"))
+    await heartbeat()
+    # 07:30 the model has nothing to say, then says it badly.
+    await at(7, 30)
+    model.push("[我决定:no_push]")
+    await heartbeat()
+    await at(7, 45)
+    model.push("嗯……也许说点什么？")
+    await heartbeat()
+    # 08:00 the owner writes from the phone; a heartbeat right after is skipped.
+    await at(8, 0)
+    await owner_says("在地铁上，好困", "phone")
+    await at(8, 5)
+    await heartbeat()
+    # 08:20 while a round thinks, the owner writes again: suppressed owner_active.
+    await at(8, 20)
+    model.push(push("路上注意安全。"))
+    original = model.complete
+
+    async def owner_interrupts(msgs: Sequence[ModelMessage]) -> ModelReply:
+        await owner_says("到公司了", "phone")
+        return await original(msgs)
+
+    model.complete = owner_interrupts  # type: ignore[method-assign]
+    await heartbeat()
+    model.complete = original  # type: ignore[method-assign]
+    # 09:00 busy: a routine push is held, a warning one goes to the phone.
+    await at(9, 0)
+    busy = RoundState(updated_at=clock.now(), availability=Availability.BUSY)
+    state.reading = StaticState(busy).reading
+    model.push(push("记得喝水。"))
+    await heartbeat()
+    await at(9, 10)
+    model.push(push("十点组会，别忘了带电脑。", "warning"))
+    await heartbeat()
+    state.reading = StaticState().reading
+    # 09:40 too soon after the last push.
+    await at(9, 40)
+    model.push(push("组会加油！"))
+    await heartbeat()
+    # 12:00 the same words again: duplicate.
+    await at(12, 0)
+    model.push(push("十点组会，别忘了带电脑！", "warning"))
+    await heartbeat()
+    # 12:30 an empty body, then a rambling one.
+    await at(12, 30)
+    model.push("[我决定:push]\n")
+    await heartbeat()
+    await at(12, 40)
+    model.push(push("长" * 700))
+    await heartbeat()
+    # 13:00 the endpoint fails, then times out.
+    await at(13, 0)
+    model.push(ModelError("model endpoint answered HTTP 500"))
+    await heartbeat()
+    await at(13, 30)
+    model.push(ModelTimeoutError("model endpoint timed out after 60s"))
+    await heartbeat()
+    # 14:30 the daemon restarts and greets; 17:00 the phone is down: delivery_failed.
+    await at(14, 30)
+    model.push(push("我回来啦，下午好。"))
+    await heartbeat(trigger="startup")
+    await at(17, 0)
+    phone.fail_next(3)
+    model.push(push("下班路上小心。"))
+    await heartbeat()
+    # 19:30 three pushes since the owner last wrote: only critical may pass now.
+    await at(19, 30)
+    model.push(push("晚饭想吃什么？"))
+    await heartbeat()
+    # 20:00 the owner answers; the database is locked when the gate reads history.
+    await at(20, 0)
+    await owner_says("刚到家", "phone")
+    await at(20, 30)
+    messages.fail_next = True
+    model.push(push("辛苦啦。"))
+    await heartbeat()
+    # 20:45 a good-night note is the fifth push of the day.
+    await at(20, 45)
+    model.push(push("今晚早点睡吧。", "warning"))
+    await heartbeat()
+    # 21:30 nowhere to send: no connected channel (pre-gate), and no route after the model.
+    await at(21, 30)
+    await heartbeat(nowhere)
+    clock.advance(timedelta(minutes=1))
+    model.push(push("晚安。"))
+    await unrouted.run_round("night-owner", "heartbeat")
+    # 22:00 a round still thinking when the next heartbeat fires: busy.
+    await at(22, 0)
+    model.stall = asyncio.Event()
+    model.push("[我决定:no_push]")
+    first = asyncio.create_task(heartbeat())
+    await asyncio.sleep(0.05)
+    clock.advance(timedelta(seconds=1))
+    await heartbeat()
+    model.stall.set()
+    await first
+    model.stall = None
+    # 22:50 the daily cap is reached.
+    await at(22, 50)
+    model.push(push("明天见。", "warning"))
+    await heartbeat()
+
+    model.assert_complete()
+    found = await rounds.list(limit=100)
+    await engine.dispose()
+    return list(reversed(found))
+
+
+def main(argv: list[str]) -> int:
+    """Play the day into the database file given on the command line."""
+    path = Path(argv[0] if argv else "var/day.db")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    records = asyncio.run(run_day(f"sqlite+aiosqlite:///{path}"))
+    print(f"{len(records)} rounds written to {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
