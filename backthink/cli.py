@@ -81,7 +81,7 @@ def run(ctx: typer.Context) -> None:
     c: Context = ctx.obj
     settings = c.settings()
     logs.configure(stream=sys.stdout, level="debug" if c.debug else "info")
-    raise typer.Exit(_run(run_daemon(settings, owner_id=c.owner_id(settings))))
+    raise typer.Exit(_run(run_daemon(settings, owners=[c.owner_id(settings)])))
 
 
 @app.command()
@@ -324,6 +324,25 @@ def check(ctx: typer.Context) -> None:
             typer.echo(f"ok  {line}")
 
     _run(go())
+
+
+@app.command("poke")
+def poke_cmd(
+    ctx: typer.Context,
+    text: Annotated[str, typer.Argument(help="Why to think now, e.g. an upcoming calendar item.")],
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds to wait for the round.")
+    ] = 300,
+) -> None:
+    """Ask the running daemon for a round now, with TEXT as the trigger."""
+    from backthink.poke import poke
+
+    c: Context = ctx.obj
+    settings = c.settings()
+    answer = _run(poke(settings.daemon.socket, text, owner_id=c.owner, timeout_s=timeout))
+    _print_json(answer)
+    if answer.get("outcome") == "failed":
+        raise typer.Exit(1)
 
 
 def _print_json(data: Any) -> None:

@@ -162,7 +162,20 @@ class ScheduleSettings(_Section):
     jitter: Duration = timedelta(minutes=2)
     quiet_heartbeat: Duration = timedelta(hours=2)
     startup_greeting: bool = True
+    startup_cooldown: Duration = timedelta(hours=1)
     cron: list[str] = Field(default_factory=list)
+
+    @field_validator("cron")
+    @classmethod
+    def _crontab(cls, value: list[str]) -> list[str]:
+        from apscheduler.triggers.cron import CronTrigger  # imported only when cron is set
+
+        for expr in value:
+            try:
+                CronTrigger.from_crontab(expr)
+            except ValueError as exc:
+                raise ValueError(f"{expr!r} is not a crontab expression: {exc}") from None
+        return value
 
     @field_validator("heartbeat", "quiet_heartbeat")
     @classmethod
@@ -201,6 +214,13 @@ class StateSettings(_Section):
 
     file: Path | None = Path("var/state.json")
     max_age: Duration = timedelta(hours=6)
+
+
+class DaemonSettings(_Section):
+    """How the running daemon is reached and stopped."""
+
+    socket: Path = Path("var/backthink.sock")
+    drain_timeout: Duration = timedelta(seconds=30)
 
 
 class WebChannelSettings(_Section):
@@ -261,6 +281,7 @@ class Settings(BaseSettings):
     gate: GateSettings = GateSettings()
     prompt: PromptSettings = PromptSettings()
     state: StateSettings = StateSettings()
+    daemon: DaemonSettings = DaemonSettings()
     channels: dict[str, ChannelSettings] = Field(default_factory=_default_channels)
 
     @classmethod

@@ -1,4 +1,9 @@
-"""structlog setup: JSON lines off a TTY (journald keeps them), console rendering on one."""
+"""structlog setup: JSON lines off a TTY (journald keeps them), console rendering on one.
+
+Libraries that log through the standard `logging` module (APScheduler,
+SQLAlchemy, alembic) are rendered by the same processors, at WARNING and above
+only, so the stream stays one format.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ import structlog
 def configure(
     *, stream: TextIO | None = None, json: bool | None = None, level: str = "info"
 ) -> None:
-    """Configure structlog once for the process.
+    """Configure structlog (and the standard logging bridge) once for the process.
 
     Args:
         stream: where log lines go (stdout for the daemon, stderr for one-shot commands).
@@ -27,17 +32,26 @@ def configure(
         if json
         else structlog.dev.ConsoleRenderer(colors=stream.isatty())
     )
+    shared: list[structlog.typing.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    exc = structlog.processors.dict_tracebacks if json else structlog.processors.format_exc_info
+    numeric = logging.getLevelNamesMapping()[level.upper()]
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.dict_tracebacks if json else structlog.processors.format_exc_info,
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelNamesMapping()[level.upper()]
-        ),
+        processors=[*shared, exc, renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.PrintLoggerFactory(file=stream),
         cache_logger_on_first_use=False,
     )
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, exc, renderer],
+            foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(max(numeric, logging.WARNING))

@@ -94,6 +94,14 @@ class RoundStore(Protocol):
         """Return one round, or None."""
         ...
 
+    async def marked_at(self, owner_id: str, name: str) -> datetime | None:
+        """When a named per-owner mark (e.g. the last startup greeting) was set, or None."""
+        ...
+
+    async def mark(self, owner_id: str, name: str, at: datetime) -> None:
+        """Set a named per-owner mark; it survives restarts."""
+        ...
+
 
 class Outbox(Protocol):
     """Deliveries on their way out. The round id is the idempotency key of each."""

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import builtins
 import json
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import insert
+from sqlalchemy import insert, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from backthink.models import RoundRecord
 from backthink.store.failures import store_errors
-from backthink.store.tables import RoundRow
+from backthink.store.tables import MarkRow, RoundRow
 
 
 def _row_values(record: RoundRecord) -> dict[str, Any]:
@@ -74,3 +75,23 @@ class SqlRoundStore:
             async with self._session() as session:
                 rows = (await session.exec(query.limit(limit))).all()
                 return [_to_record(row) for row in rows]
+
+    async def marked_at(self, owner_id: str, name: str) -> datetime | None:
+        """When the named mark was last set for this owner, or None."""
+        with store_errors("could not read mark"):
+            async with self._session() as session:
+                row = await session.get(MarkRow, (owner_id, name))
+                return None if row is None else row.at
+
+    async def mark(self, owner_id: str, name: str, at: datetime) -> None:
+        """Set a named mark for this owner to `at` (insert or replace)."""
+        values = {"owner_id": owner_id, "name": name, "at": at.astimezone(UTC)}
+        with store_errors("could not write mark"):
+            async with self._session() as session, session.begin():
+                result = await session.exec(
+                    update(MarkRow)
+                    .where(col(MarkRow.owner_id) == owner_id, col(MarkRow.name) == name)
+                    .values(at=values["at"])
+                )
+                if result.rowcount == 0:
+                    await session.exec(insert(MarkRow), params=values)

@@ -116,3 +116,13 @@ class DeliveryRow(_Table, table=True):
     # The round's record as it stood when the delivery was committed, so a round
     # interrupted by a crash can still be recorded once its delivery completes.
     round_record: str | None = Field(default=None, sa_type=Text)
+
+
+class MarkRow(_Table, table=True):
+    """A named per-owner timestamp, e.g. when the last startup greeting began."""
+
+    __tablename__ = "mark"
+
+    owner_id: str = Field(primary_key=True, sa_type=String)
+    name: str = Field(primary_key=True, sa_type=String)
+    at: datetime = Field(sa_type=UTCDateTime)
