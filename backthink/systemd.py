@@ -33,6 +33,9 @@ class Notifier:
             return
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+                # Never block the event loop: a datagram socket whose reader lags
+                # blocks the sender once its queue is full.
+                sock.setblocking(False)
                 sock.connect(self._address)
                 sock.sendall("\n".join(lines).encode())
         except OSError:

@@ -1,0 +1,233 @@
+"""The daemon as systemd runs it: a real process, a local model endpoint, signals, pokes."""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+from conftest import Workdir
+from fake_openai import FakeOpenAI, Reply
+
+READY_TIMEOUT_S = 30.0  # seconds for a daemon to start on a loaded machine
+PUSH = "[我决定:push]\n我回来啦。"
+
+
+class DaemonProcess:
+    """`backthink run` in a child process, its JSON log lines read as they come."""
+
+    def __init__(self, workdir: Workdir, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "backthink", "--config", str(workdir.config), "run"],
+            cwd=workdir.path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.lines: queue.Queue[dict[str, object]] = queue.Queue()
+        self.seen: list[dict[str, object]] = []
+        self.raw: list[str] = []
+        assert self.proc.stdout is not None
+        self._reader = threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True)
+        self._reader.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.raw.append(line)
+            try:
+                self.lines.put(json.loads(line))
+            except ValueError:
+                self.lines.put({"event": "unparsed", "line": line})
+
+    def wait_for(
+        self, event: str, *, count: int = 1, timeout_s: float = READY_TIMEOUT_S
+    ) -> dict[str, object]:
+        """Block until the `count`-th log line with this event arrives."""
+        deadline = time.monotonic() + timeout_s
+        found = [e for e in self.seen if e.get("event") == event]
+        while len(found) < count:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no {event} x{count} in time; log:\n{''.join(self.raw)}")
+            try:
+                entry = self.lines.get(timeout=left)
+            except queue.Empty:
+                continue
+            self.seen.append(entry)
+            if entry.get("event") == event:
+                found.append(entry)
+        return found[-1]
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        """Send a signal and wait for the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=60)
+        finally:
+            self._reader.join(timeout=10)
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+
+
+@pytest.fixture
+def daemon_env(workdir: Workdir) -> dict[str, str]:
+    """Environment for a fast daemon: 1 s heartbeats, no jitter, no quiet hours."""
+    workdir.write_config('[gate]\nquiet_hours = ""\ndefault_channel = "web"\nmin_interval = "0s"\n')
+    return dict(
+        workdir.env,
+        BACKTHINK_SCHEDULE__HEARTBEAT="1s",
+        BACKTHINK_SCHEDULE__JITTER="0s",
+        BACKTHINK_DAEMON__SOCKET=str(workdir.path / "bt.sock"),
+    )
+
+
+class NotifyListener:
+    """A datagram socket standing in for systemd's NOTIFY_SOCKET, read in a thread."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(self.path)
+        self.sock.settimeout(0.1)
+        self.messages: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.messages.append(self.sock.recv(4096).decode())
+            except TimeoutError:
+                continue
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.sock.close()
+
+
+@pytest.fixture
+def notify(tmp_path: Path) -> Iterator[NotifyListener]:
+    """systemd's notify socket, as a test sees it."""
+    listener = NotifyListener(tmp_path / "n.sock")
+    yield listener
+    listener.close()
+
+
+def rounds(workdir: Workdir) -> list[dict[str, object]]:
+    return json.loads(workdir.cli("rounds", "--json", "--limit", "100").stdout)  # type: ignore[no-any-return]
+
+
+def test_daemon_lifecycle(
+    workdir: Workdir, fake: FakeOpenAI, daemon_env: dict[str, str], notify: NotifyListener
+) -> None:
+    """Startup greeting, heartbeats, READY/WATCHDOG/STOPPING, SIGTERM exits 0 with a summary."""
+    fake.script(PUSH)
+    fake.default_reply = "[我决定:no_push]"
+    env = dict(daemon_env, NOTIFY_SOCKET=notify.path, WATCHDOG_USEC="400000")
+    daemon = DaemonProcess(workdir, env)
+    try:
+        daemon.wait_for("daemon.ready")
+        greeting = daemon.wait_for("round.finished")
+        assert (greeting["trigger"], greeting["outcome"], greeting["reason"]) == (
+            "startup",
+            "delivered",
+            "web",
+        )
+        daemon.wait_for("round.finished", count=3)
+    finally:
+        code = daemon.stop()
+    assert code == 0, "".join(daemon.raw)
+    stopped = daemon.wait_for("daemon.stopped")
+    assert stopped["drained"] is True and isinstance(stopped["rounds"], int)
+    assert stopped["rounds"] >= 3
+    notify.close()
+    states = [line for message in notify.messages for line in message.splitlines()]
+    assert states[0] == "WATCHDOG=1" or states[0] == "READY=1"
+    assert "READY=1" in states and states.count("WATCHDOG=1") >= 2
+    assert states.index("READY=1") < states.index("STOPPING=1") == len(states) - 1
+    recorded = rounds(workdir)
+    triggers = [r["trigger"] for r in recorded]
+    assert triggers.count("startup") == 1 and triggers.count("heartbeat") >= 2
+    assert all(line.startswith("{") for line in daemon.raw), "".join(daemon.raw)
+
+
+def test_poke_runs_a_round_now(
+    workdir: Workdir, fake: FakeOpenAI, daemon_env: dict[str, str]
+) -> None:
+    """poke TEXT runs a round in the daemon with TEXT as the trigger and prints its result."""
+    fake.default_reply = "[我决定:no_push]"
+    env = dict(
+        daemon_env, BACKTHINK_SCHEDULE__HEARTBEAT="1h", BACKTHINK_SCHEDULE__STARTUP_GREETING="false"
+    )
+    daemon = DaemonProcess(workdir, env)
+    try:
+        daemon.wait_for("daemon.ready")
+        workdir.env = env
+        fake.script("[我决定:push]\n[紧急:warning]\n组会十分钟后开始，带上电脑。")
+        out = json.loads(workdir.cli("poke", "日程：组会 10 分钟后开始").stdout)
+        assert out["trigger"] == "日程：组会 10 分钟后开始"
+        assert (out["outcome"], out["reason"]) == ("delivered", "web")
+        prompt = fake.chat_requests[-1].body["messages"][-1]["content"]
+        assert "触发：日程：组会 10 分钟后开始" in prompt
+        finished = daemon.wait_for("round.finished")
+        assert finished["trigger"] == "poke"  # the poke's text stays out of the log
+    finally:
+        assert daemon.stop() == 0
+    proc = workdir.cli("poke", "again", check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().startswith("backthink: no daemon is running")
+
+
+def test_restart_storm_greets_once(
+    workdir: Workdir, fake: FakeOpenAI, daemon_env: dict[str, str]
+) -> None:
+    """Ten restarts within a minute: one greeting, one model call for it, nothing more."""
+    fake.default_reply = PUSH
+    env = dict(daemon_env, BACKTHINK_SCHEDULE__HEARTBEAT="1h")
+    for i in range(10):
+        daemon = DaemonProcess(workdir, env)
+        try:
+            daemon.wait_for("daemon.ready")
+            if i == 0:
+                daemon.wait_for("round.finished")
+            else:
+                daemon.wait_for("daemon.greeting_skipped")
+        finally:
+            assert daemon.stop() == 0
+    recorded = rounds(workdir)
+    assert [(r["trigger"], r["outcome"]) for r in recorded] == [("startup", "delivered")]
+    assert len(fake.chat_requests) == 1
+
+
+def test_sigterm_waits_for_the_running_round(
+    workdir: Workdir, fake: FakeOpenAI, daemon_env: dict[str, str]
+) -> None:
+    """SIGTERM mid-round: no new rounds, the running one finishes and is recorded, exit 0."""
+    fake.script(Reply("[我决定:no_push]", delay_s=2.0))
+    env = dict(daemon_env, BACKTHINK_SCHEDULE__HEARTBEAT="1h")
+    daemon = DaemonProcess(workdir, env)
+    try:
+        daemon.wait_for("daemon.ready")
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not fake.chat_requests and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        code = daemon.stop()
+    assert code == 0
+    stopping = daemon.wait_for("daemon.stopping")
+    assert stopping["running_rounds"] == 1
+    assert daemon.wait_for("daemon.stopped")["drained"] is True
+    assert [(r["trigger"], r["reason"]) for r in rounds(workdir)] == [("startup", "no_push")]
