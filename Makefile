@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck check-all lock clean
+.PHONY: run test bench test-live lock clean
 
 $(STAMP): requirements.lock pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "backthink needs Python 3.11 or newer"'
@@ -26,6 +26,14 @@ test: $(STAMP)
 	$(BIN)/ruff check backthink tests
 	$(BIN)/mypy
 	$(BIN)/pytest -q
+
+## bench: set everything up, then run every benchmark and print figures beside targets
+bench: $(STAMP)
+	$(BIN)/python bench/run_all.py
+
+## test-live: install the live extras, serve a small local model, run the `live` tests
+test-live: $(STAMP)
+	$(BIN)/python tests/live/run.py
 
 lock:
 	$(BIN)/python -m pip install --quiet pip-tools
