@@ -78,7 +78,9 @@ async def open_app(settings: Settings) -> AsyncIterator[App]:
     prompts = PromptBook.load(settings.prompt.dir, settings.prompt.language)
     persona_prompt = read_persona_prompt(settings)
     channels = build_channels(settings.channels)
-    engine, messages, rounds = await open_store(settings.database.url)
+    engine, messages, rounds = await open_store(
+        settings.database.url, busy_timeout_ms=settings.database.busy_timeout_ms
+    )
     outbox = SqlOutbox(engine)
     model: OpenAIModelClient | None
     try:

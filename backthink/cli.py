@@ -199,7 +199,9 @@ def messages_add(
     )
 
     async def go() -> int | None:
-        engine, store, _ = await open_store(settings.database.url)
+        engine, store, _ = await open_store(
+            settings.database.url, busy_timeout_ms=settings.database.busy_timeout_ms
+        )
         try:
             return (await store.add(message)).id
         finally:
@@ -236,7 +238,9 @@ def messages_import(
     )
 
     async def go() -> int:
-        engine, store, _ = await open_store(settings.database.url)
+        engine, store, _ = await open_store(
+            settings.database.url, busy_timeout_ms=settings.database.busy_timeout_ms
+        )
         try:
             return await store.add_many(parsed)
         finally:
@@ -258,7 +262,9 @@ def rounds(
     settings = c.settings()
 
     async def go() -> list[RoundRecord]:
-        engine, _, store = await open_store(settings.database.url)
+        engine, _, store = await open_store(
+            settings.database.url, busy_timeout_ms=settings.database.busy_timeout_ms
+        )
         try:
             return await store.list(owner_id=c.owner_id(settings), limit=limit)
         finally:

@@ -153,6 +153,12 @@ class DatabaseSettings(_Section):
     """Where messages and rounds live."""
 
     url: str = "sqlite+aiosqlite:///var/backthink.db"
+    busy_timeout: Duration = timedelta(seconds=5)
+
+    @property
+    def busy_timeout_ms(self) -> int:
+        """The SQLite busy timeout in milliseconds."""
+        return int(self.busy_timeout.total_seconds() * 1000)
 
 
 class ScheduleSettings(_Section):

@@ -21,7 +21,7 @@ from backthink.config import Settings
 from backthink.context import conversation
 from backthink.delivery import Dispatcher
 from backthink.errors import ModelError, StoreError
-from backthink.footer import parse_footer, suppression_reason
+from backthink.footer import parse_footer, reject_echo, suppression_reason
 from backthink.models import (
     Decision,
     Delivery,
@@ -61,6 +61,7 @@ class Request:
 
     messages: list[ModelMessage]
     state: StateReading
+    recent: list[Message] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
@@ -128,7 +129,7 @@ class Thinker:
             notes.append(f"context_unavailable: {exc}")
             recent = []
         messages = self._assemble(recent, trigger, at, reading.state)
-        return Request(messages=messages, state=reading, notes=notes)
+        return Request(messages=messages, state=reading, recent=recent, notes=notes)
 
     def _assemble(
         self, recent: Sequence[Message], trigger: str, at: datetime, state: RoundState | None
@@ -226,6 +227,8 @@ class Thinker:
         except ModelError as exc:
             return _Result(Outcome.FAILED, exc.reason, notes=[*notes, str(exc)])
         decision = parse_footer(reply.text, max_body_chars=g.max_body_chars)
+        user_texts = (m.text for m in request.recent if m.role != "assistant")
+        decision = reject_echo(decision, user_texts)
         notes.extend(decision.problems)
         reason = suppression_reason(decision)
         if reason is not None:

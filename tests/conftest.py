@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import pytest
 from fake_openai import FakeOpenAI
@@ -115,3 +120,76 @@ def receiver() -> Iterator[WebhookReceiver]:
     """A local webhook receiver on 127.0.0.1."""
     with WebhookReceiver() as r:
         yield r
+
+
+READY_TIMEOUT_S = 30.0  # seconds for a daemon to start on a loaded machine
+
+
+class DaemonProcess:
+    """`backthink run` in a child process, its JSON log lines read as they come."""
+
+    def __init__(self, workdir: Workdir, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "backthink", "--config", str(workdir.config), "run"],
+            cwd=workdir.path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.lines: queue.Queue[dict[str, object]] = queue.Queue()
+        self.seen: list[dict[str, object]] = []
+        self.raw: list[str] = []
+        assert self.proc.stdout is not None
+        self._reader = threading.Thread(target=self._read, args=(self.proc.stdout,), daemon=True)
+        self._reader.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.raw.append(line)
+            try:
+                self.lines.put(json.loads(line))
+            except ValueError:
+                self.lines.put({"event": "unparsed", "line": line})
+
+    def wait_for(
+        self, event: str, *, count: int = 1, timeout_s: float = READY_TIMEOUT_S
+    ) -> dict[str, object]:
+        """Block until the `count`-th log line with this event arrives."""
+        deadline = time.monotonic() + timeout_s
+        found = [e for e in self.seen if e.get("event") == event]
+        while len(found) < count:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no {event} x{count} in time; log:\n{''.join(self.raw)}")
+            try:
+                entry = self.lines.get(timeout=left)
+            except queue.Empty:
+                continue
+            self.seen.append(entry)
+            if entry.get("event") == event:
+                found.append(entry)
+        return found[-1]
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        """Send a signal and wait for the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=60)
+        finally:
+            self._reader.join(timeout=10)
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+
+
+@pytest.fixture
+def daemon_env(workdir: Workdir) -> dict[str, str]:
+    """Environment for a fast daemon: 1 s heartbeats, no jitter, no quiet hours."""
+    workdir.write_config('[gate]\nquiet_hours = ""\ndefault_channel = "web"\nmin_interval = "0s"\n')
+    return dict(
+        workdir.env,
+        BACKTHINK_SCHEDULE__HEARTBEAT="1s",
+        BACKTHINK_SCHEDULE__JITTER="0s",
+        BACKTHINK_DAEMON__SOCKET=str(workdir.path / "bt.sock"),
+    )

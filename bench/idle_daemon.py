@@ -1,0 +1,182 @@
+"""Idle daemon: `backthink run` as a process; its memory across many poked rounds and its idle CPU."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from common import (
+    BENCH_VAR,
+    READY_TIMEOUT_S,
+    VENV_BIN,
+    FakeServerProcess,
+    Figure,
+    LineReader,
+    clean_environ,
+    cpu_seconds,
+    exit_on_sigterm,
+    fresh_dir,
+    print_figures,
+    push_reply,
+    rss_kb,
+    settings_doc,
+    stop_process,
+    toml_config,
+    write_figures,
+    write_state_file,
+)
+
+GROUP = "idle daemon"
+POKES = 1_000  # measured rounds
+QUICK_POKES = 200
+WARMUP_POKES = 50  # rounds before the memory baseline: lazy imports, statement caches, pools
+IDLE_WINDOW_S = 10.0  # seconds of idle time whose CPU is measured
+QUICK_IDLE_WINDOW_S = 5.0
+SETTLE_S = 1.0  # seconds between the last poke and the idle window
+POKE_TIMEOUT_S = 30.0  # seconds for one poked round
+TARGET_GROWTH_KB = 5 * 1024  # KiB of RSS growth over the measured rounds
+TARGET_IDLE_CPU = 0.5  # percent of one core
+
+
+def poke(path: Path, trigger: str) -> dict[str, Any]:
+    """One round through the daemon's socket: one JSON line out, one JSON line back."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(POKE_TIMEOUT_S)
+        sock.connect(str(path))
+        sock.sendall(json.dumps({"trigger": trigger}, ensure_ascii=False).encode() + b"\n")
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    answer: dict[str, Any] = json.loads(data)
+    return answer
+
+
+def _is_event(name: str) -> Any:
+    def match(line: str) -> bool:
+        try:
+            return bool(json.loads(line).get("event") == name)
+        except ValueError:
+            return False
+
+    return match
+
+
+def run(*, quick: bool, rebuild: bool) -> list[Figure]:
+    """Start the daemon, poke it, watch its memory and CPU; return the figures."""
+    env = clean_environ()
+    pokes = QUICK_POKES if quick else POKES
+    window_s = QUICK_IDLE_WINDOW_S if quick else IDLE_WINDOW_S
+    work = fresh_dir(BENCH_VAR / "idle")
+    state, sock = work / "state.json", work / "bt.sock"
+    write_state_file(state, at=datetime.now(UTC))
+    figures: list[Figure] = []
+    with FakeServerProcess(reply="[我决定:no_push]", log=BENCH_VAR / "logs" / "fake-idle.log") as fake:
+        tag = uuid.uuid4().hex[:8]
+        # The greeting, the warm-up and the measured pokes each get a distinct push.
+        fake.script([push_reply(f"{tag}-{i}") for i in range(1 + WARMUP_POKES + pokes)])
+        config = work / "backthink.toml"
+        doc = settings_doc(base_url=fake.base_url, db=work / "bt.db", state=state)
+        config.write_text(toml_config(doc), "utf-8")
+        daemon_env = dict(
+            env,
+            BACKTHINK_SCHEDULE__HEARTBEAT="6h",
+            BACKTHINK_SCHEDULE__JITTER="0s",
+            BACKTHINK_SCHEDULE__STARTUP_GREETING="true",
+            BACKTHINK_DAEMON__SOCKET=str(sock),
+        )
+        proc = subprocess.Popen(
+            [str(VENV_BIN / "backthink"), "--config", str(config), "run"],
+            cwd=work,
+            env=daemon_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            assert proc.stdout is not None
+            log = LineReader(proc.stdout, keep=False)
+            log.wait_for(_is_event("daemon.ready"), READY_TIMEOUT_S)
+            log.wait_for(_is_event("round.finished"), READY_TIMEOUT_S)
+            rss_ready = rss_kb(proc.pid)
+            outcomes: Counter[str] = Counter()
+            for i in range(WARMUP_POKES):
+                poke(sock, f"bench warm-up {i}")
+            rss_warm = rss_kb(proc.pid)
+            started = time.perf_counter()
+            for i in range(pokes):
+                answer = poke(sock, f"日程：bench {i}")
+                outcomes[f"{answer.get('outcome')}/{answer.get('reason', answer.get('error'))}"] += 1
+            took = time.perf_counter() - started
+            rss_after = rss_kb(proc.pid)
+            time.sleep(SETTLE_S)
+            cpu0 = cpu_seconds(proc.pid)
+            time.sleep(window_s)
+            idle_pct = (cpu_seconds(proc.pid) - cpu0) / window_s * 100
+            rss_idle = rss_kb(proc.pid)
+        finally:
+            code = stop_process(proc)
+    growth = rss_after - rss_warm
+    delivered = outcomes.get("delivered/web", 0)
+    figures += [
+        Figure(GROUP, "RSS after ready + greeting", f"{rss_ready / 1024:.1f} MiB", "", None),
+        Figure(GROUP, f"RSS after {WARMUP_POKES} warm-up pokes", f"{rss_warm / 1024:.1f} MiB", "", None),
+        Figure(GROUP, f"RSS after {pokes:,} more pokes", f"{rss_after / 1024:.1f} MiB", "", None),
+        Figure(
+            GROUP,
+            f"RSS growth over {pokes:,} rounds",
+            f"{growth / 1024:+.2f} MiB",
+            f"< {TARGET_GROWTH_KB / 1024:g} MiB",
+            growth < TARGET_GROWTH_KB,
+        ),
+        Figure(
+            GROUP,
+            "RSS growth since ready",
+            f"{(rss_after - rss_ready) / 1024:+.2f} MiB ({(rss_after / rss_ready - 1) * 100:+.1f}%)",
+            "",
+            None,
+        ),
+        Figure(GROUP, "poked rounds delivered/web", f"{delivered}/{pokes}", "all", delivered == pokes),
+        Figure(GROUP, "poke round trip (mean)", f"{took / pokes * 1000:.1f} ms", "", None),
+        Figure(
+            GROUP,
+            f"idle CPU over {window_s:g} s",
+            f"{idle_pct:.2f}% of a core",
+            f"< {TARGET_IDLE_CPU:g}%",
+            idle_pct < TARGET_IDLE_CPU,
+        ),
+        Figure(GROUP, "RSS after idle window", f"{rss_idle / 1024:.1f} MiB", "", None),
+        Figure(GROUP, "exit code after SIGTERM", str(code), "0", code == 0),
+    ]
+    if delivered != pokes:
+        print(f"  poke outcomes: {dict(outcomes)}", file=sys.stderr)
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print its figures."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer pokes, a shorter idle window")
+    parser.add_argument("--rebuild", action="store_true", help="accepted for symmetry; no cache")
+    parser.add_argument("--results", type=Path, help="write the figures here as JSON")
+    args = parser.parse_args(argv)
+    exit_on_sigterm()
+    figures = run(quick=args.quick, rebuild=args.rebuild)
+    print_figures("2. Idle daemon (memory across poked rounds, idle CPU)", figures)
+    write_figures(args.results, figures)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The live tier: backthink against a real model served on loopback (`make test-live`)."""
