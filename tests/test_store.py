@@ -469,3 +469,34 @@ async def test_open_store_migrates_and_builds_both_stores(db_path: Path) -> None
         assert [r.id for r in await rounds.list(owner_id="ana")] == ["r1"]
     finally:
         await engine.dispose()
+
+
+async def test_upgrading_from_the_first_schema_keeps_every_row(db_path: Path) -> None:
+    """A database created at revision 0001 keeps its messages and outbox rows through upgrades."""
+    from alembic import command
+
+    url = f"sqlite+aiosqlite:///{db_path}"
+    engine = create_engine(url)
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(lambda c: command.upgrade(alembic_config(c), "0001"))
+        with sqlite3.connect(db_path) as raw:
+            raw.execute(
+                "INSERT INTO message (owner_id, session_id, role, text, origin, created_at)"
+                " VALUES ('ana', 'main', 'user', 'kept', 'chat', '2026-11-30 00:00:00.000000')"
+            )
+            raw.execute(
+                "INSERT INTO delivery (id, channel, payload, status, attempts, created_at,"
+                " updated_at) VALUES ('r1', 'web', '{}', 'sent', 1, '2026-11-30 00:00:00.000000',"
+                " '2026-11-30 00:00:00.000000')"
+            )
+        await migrate(engine)
+        (kept,) = await SqlMessageStore(engine).recent("ana", 5)
+        assert kept.text == "kept" and kept.created_at == datetime(2026, 11, 30, tzinfo=UTC)
+        with sqlite3.connect(db_path) as raw:
+            row = raw.execute("SELECT id, owner_id, round_record FROM delivery").fetchone()
+            version = raw.execute("SELECT version_num FROM alembic_version").fetchone()
+        assert row == ("r1", "default", None)
+        assert version == (ScriptDirectory.from_config(alembic_config()).get_current_head(),)
+    finally:
+        await engine.dispose()
