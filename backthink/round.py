@@ -234,21 +234,26 @@ class Thinker:
         if reason is not None:
             return _Result(Outcome.SUPPRESSED, reason, decision, reply, notes=notes)
 
-        at = self._clock.now()
-        verdict = gate.evaluate(
-            decision,
-            state=request.state.state,
-            history=await self._history(this.owner_id),
-            connected=self.connected(),
-            settings=g,
-            tz=tz,
-            started_at=this.started,
-            at=at,
-        )
-        notes.extend(verdict.notes)
-        if not verdict.deliver or verdict.channel is None:
-            return _Result(verdict.outcome, verdict.reason, decision, reply, notes=notes)
-        return await self._deliver(this, decision, reply, verdict.channel, at, notes)
+        try:
+            at = self._clock.now()
+            verdict = gate.evaluate(
+                decision,
+                state=request.state.state,
+                history=await self._history(this.owner_id),
+                connected=self.connected(),
+                settings=g,
+                tz=tz,
+                started_at=this.started,
+                at=at,
+            )
+            notes.extend(verdict.notes)
+            if not verdict.deliver or verdict.channel is None:
+                return _Result(verdict.outcome, verdict.reason, decision, reply, notes=notes)
+            return await self._deliver(this, decision, reply, verdict.channel, at, notes)
+        except StoreError as exc:
+            # The decision and its cost stay on the record even when the database fails.
+            log.error("round.store_failed", error=str(exc))
+            return _Result(Outcome.FAILED, "store_error", decision, reply, notes=[*notes, str(exc)])
 
     async def _history(self, owner_id: str) -> gate.GateHistory:
         last = await self._messages.last_message(owner_id, role="user")

@@ -293,3 +293,23 @@ async def test_resume_sends_pending_and_records_the_round() -> None:
     assert saved is not None and saved.outcome is Outcome.DELIVERED
     assert RESUMED_NOTE in saved.notes
     assert len(await r.messages.proactive("o", 10)) == 1
+
+
+class LockedOutbox:
+    """An outbox whose commit fails like a locked database."""
+
+    async def commit(self, delivery: Delivery, writeback: Message) -> bool:
+        from backthink.errors import StoreError
+
+        raise StoreError("could not commit delivery: database is locked")
+
+
+async def test_store_failure_after_the_model_keeps_the_decision() -> None:
+    """A failing outbox ends the round store_error, with the decision and tokens recorded."""
+    r, _ = rig(PUSH)
+    r.thinker._outbox = LockedOutbox()  # type: ignore[assignment]
+    record = await r.thinker.run_round("o", "heartbeat")
+    assert (record.outcome, record.reason) == (Outcome.FAILED, "store_error")
+    assert record.push is True and record.body == "组会加油。"
+    assert record.prompt_tokens and record.raw_reply == PUSH
+    assert record.notes == ["could not commit delivery: database is locked"]
