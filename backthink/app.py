@@ -8,8 +8,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from backthink.channels import build_channels
 from backthink.config import Settings
 from backthink.delivery import Dispatcher
@@ -19,7 +17,7 @@ from backthink.ports import Channel
 from backthink.prompts import PromptBook
 from backthink.round import Thinker
 from backthink.state import FileStateProvider
-from backthink.store import SqlMessageStore, SqlOutbox, SqlRoundStore, open_store
+from backthink.store import Database, SqlMessageStore, SqlOutbox, SqlRoundStore, open_store
 
 
 class SystemClock:
@@ -61,7 +59,7 @@ class App:
     """Everything one process needs to run rounds."""
 
     settings: Settings
-    engine: AsyncEngine
+    db: Database
     messages: SqlMessageStore
     rounds: SqlRoundStore
     outbox: SqlOutbox
@@ -78,10 +76,10 @@ async def open_app(settings: Settings) -> AsyncIterator[App]:
     prompts = PromptBook.load(settings.prompt.dir, settings.prompt.language)
     persona_prompt = read_persona_prompt(settings)
     channels = build_channels(settings.channels)
-    engine, messages, rounds = await open_store(
+    db, messages, rounds = await open_store(
         settings.database.url, busy_timeout_ms=settings.database.busy_timeout_ms
     )
-    outbox = SqlOutbox(engine)
+    outbox = SqlOutbox(db)
     model: OpenAIModelClient | None
     try:
         model = OpenAIModelClient(settings.model)
@@ -105,9 +103,9 @@ async def open_app(settings: Settings) -> AsyncIterator[App]:
     )
     try:
         yield App(
-            settings, engine, messages, rounds, outbox, channels, dispatcher, model, thinker, clock
+            settings, db, messages, rounds, outbox, channels, dispatcher, model, thinker, clock
         )
     finally:
         if model is not None:
             await model.close()
-        await engine.dispose()
+        await db.dispose()

@@ -36,13 +36,13 @@ async def run_checks(settings: Settings) -> AsyncIterator[str]:
 
     safe_url = make_url(settings.database.url).render_as_string(hide_password=True)
     try:
-        engine, messages, _ = await open_store(
+        db, messages, _ = await open_store(
             settings.database.url, busy_timeout_ms=settings.database.busy_timeout_ms
         )
         try:
             await messages.recent(settings.owner.id, 1)
         finally:
-            await engine.dispose()
+            await db.dispose()
     except BackthinkError as exc:
         raise CheckError(f"database {safe_url}: {exc}") from None
     yield (f"database: {safe_url}")

@@ -199,13 +199,13 @@ def messages_add(
     )
 
     async def go() -> int | None:
-        engine, store, _ = await open_store(
+        db, store, _ = await open_store(
             settings.database.url, busy_timeout_ms=settings.database.busy_timeout_ms
         )
         try:
             return (await store.add(message)).id
         finally:
-            await engine.dispose()
+            await db.dispose()
 
     typer.echo(f"added message {_run(go())}")
 
@@ -238,13 +238,13 @@ def messages_import(
     )
 
     async def go() -> int:
-        engine, store, _ = await open_store(
+        db, store, _ = await open_store(
             settings.database.url, busy_timeout_ms=settings.database.busy_timeout_ms
         )
         try:
             return await store.add_many(parsed)
         finally:
-            await engine.dispose()
+            await db.dispose()
 
     typer.echo(f"imported {_run(go())} messages from {file}")
 
@@ -262,13 +262,13 @@ def rounds(
     settings = c.settings()
 
     async def go() -> list[RoundRecord]:
-        engine, _, store = await open_store(
+        db, _, store = await open_store(
             settings.database.url, busy_timeout_ms=settings.database.busy_timeout_ms
         )
         try:
             return await store.list(owner_id=c.owner_id(settings), limit=limit)
         finally:
-            await engine.dispose()
+            await db.dispose()
 
     records = _run(go())
     if as_json:

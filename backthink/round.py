@@ -51,7 +51,7 @@ log = structlog.get_logger("backthink.round")
 _QUIET_STATE_PROBLEMS = frozenset({"state_not_configured", "state_missing"})
 # How many of the owner's recent messages and pushes the gate looks at.
 OWNER_CHANNEL_LOOKBACK = 20
-PUSH_LOOKBACK = 50
+PUSH_LOOKBACK_SPARE = 4
 _NAMED_TRIGGERS = frozenset({"heartbeat", "startup", "cron"})
 
 
@@ -256,13 +256,18 @@ class Thinker:
             return _Result(Outcome.FAILED, "store_error", decision, reply, notes=[*notes, str(exc)])
 
     async def _history(self, owner_id: str) -> gate.GateHistory:
-        last = await self._messages.last_message(owner_id, role="user")
+        # Newest first: the first row is also the owner's latest message, read fresh
+        # after the model call so a message sent while it was thinking counts.
         channels = await self._messages.last_channels(
             owner_id, role="user", limit=OWNER_CHANNEL_LOOKBACK
         )
-        pushes = await self._messages.proactive(owner_id, PUSH_LOOKBACK)
+        g = self._settings.gate
+        # Enough pushes for two local days of the cap (a 24 h window spans two) and
+        # for the unanswered count, plus a few written back by failed deliveries.
+        lookback = 2 * max(g.daily_cap, g.max_unanswered) + PUSH_LOOKBACK_SPARE
+        pushes = await self._messages.proactive(owner_id, lookback)
         return gate.GateHistory(
-            last_owner_message_at=last.created_at if last else None,
+            last_owner_message_at=channels[0][1] if channels else None,
             owner_channels=[channel for channel, _ in channels],
             pushes=[gate.PastPush(p.created_at, p.text, p.channel) for p in pushes],
         )

@@ -1,4 +1,4 @@
-"""Shared parts of the benchmarks: figures, child processes, the fake endpoint, cached databases."""
+"""Shared parts of the benchmarks: figures, processes, the fake endpoint, cached databases."""
 
 from __future__ import annotations
 
@@ -244,7 +244,9 @@ class FakeServerProcess:
         """Queue replies (the JSON forms of fake_openai.item_from_json); return how many wait."""
         pending = 0
         for start in range(0, len(items), SCRIPT_CHUNK):
-            pending = int(self._control("script", list(items[start : start + SCRIPT_CHUNK]))["pending"])
+            pending = int(
+                self._control("script", list(items[start : start + SCRIPT_CHUNK]))["pending"]
+            )
         return pending
 
     def pending(self) -> int:
@@ -280,7 +282,9 @@ def write_state_file(path: Path, *, at: datetime) -> None:
     path.write_text(json.dumps(doc, ensure_ascii=False), "utf-8")
 
 
-def settings_doc(*, base_url: str, db: Path, state: Path, **sections: dict[str, Any]) -> dict[str, Any]:
+def settings_doc(
+    *, base_url: str, db: Path, state: Path, **sections: dict[str, Any]
+) -> dict[str, Any]:
     """Settings for a round that always may push: no quiet hours, no rate limits, web by default."""
     doc: dict[str, Any] = {
         "owner": {"id": OWNER, "name": OWNER_NAME, "timezone": TIMEZONE},
@@ -448,8 +452,8 @@ def _migrate(db: Path) -> None:
     from backthink.store import open_store
 
     async def go() -> None:
-        engine, _, _ = await open_store(f"sqlite+aiosqlite:///{db}")
-        await engine.dispose()
+        database, _, _ = await open_store(f"sqlite+aiosqlite:///{db}")
+        await database.dispose()
 
     asyncio.run(go())
 

@@ -83,9 +83,9 @@ def settings(**gate: object) -> Settings:
 
 async def run_day(url: str) -> list[RoundRecord]:
     """Play the day and return every round, oldest first."""
-    engine, _, rounds = await open_store(url)
-    messages = FlakyProactiveStore(engine)
-    outbox = SqlOutbox(engine)
+    db, _, rounds = await open_store(url)
+    messages = FlakyProactiveStore(db)
+    outbox = SqlOutbox(db)
     clock = FakeClock(DAY)
     model = DayModel()
     state = StaticState()
@@ -237,7 +237,7 @@ async def run_day(url: str) -> list[RoundRecord]:
 
     model.assert_complete()
     found = await rounds.list(limit=100)
-    await engine.dispose()
+    await db.dispose()
     return list(reversed(found))
 
 

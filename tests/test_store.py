@@ -23,6 +23,7 @@ from backthink.errors import StoreError
 from backthink.models import Message, Outcome, RoundRecord, Urgency
 from backthink.store import (
     BUSY_TIMEOUT_MS,
+    Database,
     MemoryMessageStore,
     MemoryRoundStore,
     SqlMessageStore,
@@ -345,7 +346,7 @@ async def _plan(engine: AsyncEngine, query: Executable) -> list[str]:
 
 async def test_reading_the_newest_messages_walks_the_index(engine: AsyncEngine) -> None:
     """The newest-message queries search ix_message_recent: no table scan, no sort."""
-    store = SqlMessageStore(engine)
+    store = SqlMessageStore(Database(engine, busy_timeout_ms=BUSY_TIMEOUT_MS))
     await store.add_many(
         [
             msg(f"m{i}", owner=f"o{i % 3}", at=T0 + timedelta(seconds=i), channel="tg")
@@ -491,7 +492,9 @@ async def test_upgrading_from_the_first_schema_keeps_every_row(db_path: Path) ->
                 " '2026-11-30 00:00:00.000000')"
             )
         await migrate(engine)
-        (kept,) = await SqlMessageStore(engine).recent("ana", 5)
+        db = Database(engine, busy_timeout_ms=BUSY_TIMEOUT_MS)
+        (kept,) = await SqlMessageStore(db).recent("ana", 5)
+        await db.dispose()
         assert kept.text == "kept" and kept.created_at == datetime(2026, 11, 30, tzinfo=UTC)
         with sqlite3.connect(db_path) as raw:
             row = raw.execute("SELECT id, owner_id, round_record FROM delivery").fetchone()
@@ -500,3 +503,10 @@ async def test_upgrading_from_the_first_schema_keeps_every_row(db_path: Path) ->
         assert version == (ScriptDirectory.from_config(alembic_config()).get_current_head(),)
     finally:
         await engine.dispose()
+
+
+def test_head_revision_constant_matches_the_scripts() -> None:
+    """The revision the fast start-up check compares with is the newest script."""
+    from backthink.store.migrator import HEAD_REVISION
+
+    assert ScriptDirectory.from_config(alembic_config()).get_current_head() == HEAD_REVISION

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
+from backthink.store.database import Database
 from backthink.store.engine import BUSY_TIMEOUT_MS, create_engine
 from backthink.store.memory import MemoryMessageStore, MemoryOutbox, MemoryRoundStore
 from backthink.store.messages import SqlMessageStore
@@ -13,6 +12,7 @@ from backthink.store.rounds import SqlRoundStore
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
+    "Database",
     "MemoryMessageStore",
     "MemoryOutbox",
     "MemoryRoundStore",
@@ -27,10 +27,11 @@ __all__ = [
 
 async def open_store(
     url: str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS
-) -> tuple[AsyncEngine, SqlMessageStore, SqlRoundStore]:
+) -> tuple[Database, SqlMessageStore, SqlRoundStore]:
     """Create the engine for `url`, migrate it to the newest schema and build both stores.
 
-    The caller owns the engine and disposes of it (`await engine.dispose()`) on shutdown.
+    The caller owns the database and disposes of it (`await db.dispose()`) on shutdown;
+    `SqlOutbox(db)` shares it.
 
     Raises:
         StoreError: the database cannot be opened or migrated.
@@ -42,4 +43,5 @@ async def open_store(
         # Nobody else holds the engine yet, so its pooled connections are closed here.
         await engine.dispose()
         raise
-    return engine, SqlMessageStore(engine), SqlRoundStore(engine)
+    db = Database(engine, busy_timeout_ms=busy_timeout_ms)
+    return db, SqlMessageStore(db), SqlRoundStore(db)

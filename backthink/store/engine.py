@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
-from sqlalchemy.engine import URL, Connection, make_url
+from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
@@ -45,16 +45,17 @@ def create_engine(url: str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> AsyncE
         parsed = parsed.set(drivername=_SQLITE_ASYNC_DRIVER)
     if busy_timeout_ms < 0:
         raise ValueError("busy_timeout_ms must not be negative")
-    if _is_memory(parsed):
+    if is_memory(parsed):
         engine = create_async_engine(parsed, poolclass=StaticPool)
     else:
         _make_parent_dir(parsed)
         engine = create_async_engine(parsed)
-    _tune_sqlite(engine, busy_timeout_ms)
+    tune_sqlite(engine.sync_engine, busy_timeout_ms)
     return engine
 
 
-def _is_memory(url: URL) -> bool:
+def is_memory(url: URL) -> bool:
+    """Whether a SQLite URL names an in-memory database."""
     database = url.database or ""
     return not database or ":memory:" in database or "mode=memory" in database
 
@@ -69,7 +70,7 @@ def _make_parent_dir(url: URL) -> None:
         raise StoreError(f"cannot create database folder {path.parent}: {exc.strerror}") from None
 
 
-def _tune_sqlite(engine: AsyncEngine, busy_timeout_ms: int) -> None:
+def tune_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
     """Install the per-connection PRAGMAs and SQLAlchemy-controlled transactions."""
 
     # The DB-API connection here is aiosqlite's adapter; `isolation_level` is a
@@ -92,5 +93,5 @@ def _tune_sqlite(engine: AsyncEngine, busy_timeout_ms: int) -> None:
     def on_begin(connection: Connection) -> None:
         connection.exec_driver_sql("BEGIN")
 
-    event.listen(engine.sync_engine, "connect", on_connect)
-    event.listen(engine.sync_engine, "begin", on_begin)
+    event.listen(engine, "connect", on_connect)
+    event.listen(engine, "begin", on_begin)

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from alembic.util import CommandError
 from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError, StatementError
 
@@ -42,11 +41,11 @@ def store_errors(action: str) -> Iterator[None]:
         action: what was being done, e.g. "could not store message".
 
     Raises:
-        StoreError: the block raised an SQLAlchemy or alembic error, or stored
-            data did not validate as a model.
+        StoreError: the block raised an SQLAlchemy error, or stored data did
+            not validate as a model.
     """
     try:
         yield
-    except (SQLAlchemyError, CommandError, ValidationError) as exc:
+    except (SQLAlchemyError, ValidationError) as exc:
         # "from None" keeps the statement and its parameters out of tracebacks.
         raise StoreError(f"{action}: {describe(exc)}") from None

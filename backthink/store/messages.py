@@ -7,12 +7,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import insert
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.engine import Connection, RowMapping
+from sqlalchemy.sql import Executable
 from sqlmodel import col, select
-from sqlmodel.ext.asyncio.session import AsyncSession
 from sqlmodel.sql.expression import Select, SelectOfScalar
 
 from backthink.models import MAIN_SESSION, Message
+from backthink.store.database import Database
 from backthink.store.failures import store_errors
 from backthink.store.tables import MessageRow
 
@@ -66,26 +67,21 @@ def _row_values(message: Message) -> dict[str, Any]:
     return values
 
 
-def _to_message(row: MessageRow) -> Message:
-    return Message.model_validate(row, from_attributes=True)
+def _to_message(row: RowMapping) -> Message:
+    return Message.model_validate(dict(row))
 
 
 class SqlMessageStore:
-    """The MessageStore on an SQLAlchemy async engine (SQLite or PostgreSQL).
+    """The MessageStore on SQL (SQLite or PostgreSQL).
 
     Every read of the newest messages is one query on `ix_message_recent`, so
     its cost does not grow with the length of the history. Times come back as
     aware UTC datetimes whatever zone they were stored in.
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        """Use `engine`, which must already be migrated (see `migrate`)."""
-        self._engine = engine
-
-    def _session(self) -> AsyncSession:
-        # Rows are converted to models before the session closes, so nothing
-        # needs reloading after a commit.
-        return AsyncSession(self._engine, expire_on_commit=False)
+    def __init__(self, db: Database) -> None:
+        """Use `db`, which must already be migrated (see `open_store`)."""
+        self._db = db
 
     async def add(self, message: Message) -> Message:
         """Store one message and return it with its id and its time in UTC.
@@ -95,11 +91,10 @@ class SqlMessageStore:
         Raises:
             StoreError: the database failed, or the id is already taken.
         """
+        statement = insert(MessageRow).returning(col(MessageRow.id))
+        values = _row_values(message)
         with store_errors("could not store message"):
-            async with self._session() as session, session.begin():
-                statement = insert(MessageRow).returning(col(MessageRow.id))
-                result = await session.exec(statement, params=_row_values(message))
-                new_id = result.scalar_one()
+            new_id = await self._db.write(lambda c: c.execute(statement, values).scalar_one())
         return message.model_copy(
             update={"id": new_id, "created_at": message.created_at.astimezone(UTC)}
         )
@@ -113,12 +108,27 @@ class SqlMessageStore:
         """
         if not messages:
             return 0
+        rows = [_row_values(message) for message in messages]
+        # An executemany compiles one statement from the first row's keys, so rows
+        # that bring their own id are inserted by a statement of their own.
+        batches = [
+            batch
+            for batch in ([r for r in rows if "id" not in r], [r for r in rows if "id" in r])
+            if batch
+        ]
+
+        def insert_all(conn: Connection) -> None:
+            for batch in batches:
+                conn.execute(insert(MessageRow), batch)
+
         with store_errors("could not store messages"):
-            async with self._session() as session, session.begin():
-                await session.exec(
-                    insert(MessageRow), params=[_row_values(message) for message in messages]
-                )
+            await self._db.write(insert_all)
         return len(messages)
+
+    async def _rows(self, query: Executable) -> list[Message]:
+        with store_errors("could not read messages"):
+            rows = await self._db.read(lambda c: c.execute(query).mappings().all())
+            return [_to_message(row) for row in rows]
 
     async def recent(
         self, owner_id: str, limit: int, *, session_id: str = MAIN_SESSION
@@ -129,12 +139,7 @@ class SqlMessageStore:
         same timestamp keep their insertion order.
         """
         _check_limit(limit)
-        with store_errors("could not read messages"):
-            async with self._session() as session:
-                rows = (
-                    await session.exec(recent_query(owner_id, limit, session_id=session_id))
-                ).all()
-                newest_first = [_to_message(row) for row in rows]
+        newest_first = await self._rows(recent_query(owner_id, limit, session_id=session_id))
         newest_first.reverse()
         return newest_first
 
@@ -142,11 +147,8 @@ class SqlMessageStore:
         self, owner_id: str, *, role: str | None = None, session_id: str = MAIN_SESSION
     ) -> Message | None:
         """Return the newest message of a session, optionally of one role; None if there is none."""
-        query = recent_query(owner_id, 1, session_id=session_id, role=role)
-        with store_errors("could not read messages"):
-            async with self._session() as session:
-                row = (await session.exec(query)).first()
-                return None if row is None else _to_message(row)
+        found = await self._rows(recent_query(owner_id, 1, session_id=session_id, role=role))
+        return found[0] if found else None
 
     async def last_channels(
         self,
@@ -164,8 +166,7 @@ class SqlMessageStore:
         _check_limit(limit)
         query = channels_query(owner_id, limit, session_id=session_id, role=role)
         with store_errors("could not read messages"):
-            async with self._session() as session:
-                rows = (await session.exec(query)).all()
+            rows = await self._db.read(lambda c: c.execute(query).all())
         return [(channel, created_at) for channel, created_at in rows]
 
     async def proactive(
@@ -176,7 +177,6 @@ class SqlMessageStore:
         One query on `ix_message_origin`, however many chat messages lie between.
         """
         _check_limit(limit)
-        query = recent_query(owner_id, limit, session_id=session_id, origin="proactive")
-        with store_errors("could not read messages"):
-            async with self._session() as session:
-                return [_to_message(row) for row in (await session.exec(query)).all()]
+        return await self._rows(
+            recent_query(owner_id, limit, session_id=session_id, origin="proactive")
+        )

@@ -6,12 +6,12 @@ import builtins
 from datetime import UTC, datetime
 
 from sqlalchemy import insert, update
+from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlmodel import col, select
-from sqlmodel.ext.asyncio.session import AsyncSession
 
 from backthink.models import Delivery, DeliveryStatus, Message, OutgoingMessage, RoundRecord
+from backthink.store.database import Database
 from backthink.store.failures import store_errors
 from backthink.store.messages import _row_values
 from backthink.store.tables import DeliveryRow, MessageRow
@@ -33,33 +33,30 @@ def _to_row(delivery: Delivery) -> dict[str, object]:
     }
 
 
-def _to_delivery(row: DeliveryRow) -> Delivery:
+def _to_delivery(row: RowMapping) -> Delivery:
     return Delivery(
-        id=row.id,
-        owner_id=row.owner_id,
-        channel=row.channel,
-        message=OutgoingMessage.model_validate_json(row.payload),
-        status=DeliveryStatus(row.status),
-        attempts=row.attempts,
-        next_attempt_at=row.next_attempt_at,
-        last_error=row.last_error,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        round_record=RoundRecord.model_validate_json(row.round_record)
-        if row.round_record
+        id=row["id"],
+        owner_id=row["owner_id"],
+        channel=row["channel"],
+        message=OutgoingMessage.model_validate_json(row["payload"]),
+        status=DeliveryStatus(row["status"]),
+        attempts=row["attempts"],
+        next_attempt_at=row["next_attempt_at"],
+        last_error=row["last_error"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        round_record=RoundRecord.model_validate_json(row["round_record"])
+        if row["round_record"]
         else None,
     )
 
 
 class SqlOutbox:
-    """The outbox on an SQLAlchemy async engine. The round id is the idempotency key."""
+    """The outbox on SQL. The round id is the idempotency key."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        """Use `engine`, which must already be migrated."""
-        self._engine = engine
-
-    def _session(self) -> AsyncSession:
-        return AsyncSession(self._engine, expire_on_commit=False)
+    def __init__(self, db: Database) -> None:
+        """Use `db`, which must already be migrated."""
+        self._db = db
 
     async def commit(self, delivery: Delivery, writeback: Message) -> bool:
         """Store the outbox row and the write-back message in ONE transaction.
@@ -71,11 +68,15 @@ class SqlOutbox:
         Raises:
             StoreError: the database failed; then neither row is stored.
         """
+        row, message = _to_row(delivery), _row_values(writeback)
+
+        def both(conn: Connection) -> None:
+            conn.execute(insert(DeliveryRow), row)
+            conn.execute(insert(MessageRow), message)
+
         with store_errors("could not commit delivery"):
             try:
-                async with self._session() as session, session.begin():
-                    await session.exec(insert(DeliveryRow), params=[_to_row(delivery)])
-                    await session.exec(insert(MessageRow), params=[_row_values(writeback)])
+                await self._db.write(both)
             except IntegrityError:
                 if await self.get(delivery.id) is not None:
                     return False
@@ -84,10 +85,10 @@ class SqlOutbox:
 
     async def get(self, delivery_id: str) -> Delivery | None:
         """Return one delivery, or None."""
+        query = select(DeliveryRow).where(col(DeliveryRow.id) == delivery_id)
         with store_errors("could not read delivery"):
-            async with self._session() as session:
-                row = await session.get(DeliveryRow, delivery_id)
-                return None if row is None else _to_delivery(row)
+            row = await self._db.read(lambda c: c.execute(query).mappings().first())
+            return None if row is None else _to_delivery(row)
 
     async def pending(self, *, limit: int = 100) -> builtins.list[Delivery]:
         """Return pending deliveries, the earliest due first."""
@@ -98,8 +99,8 @@ class SqlOutbox:
             .limit(limit)
         )
         with store_errors("could not read deliveries"):
-            async with self._session() as session:
-                return [_to_delivery(row) for row in (await session.exec(query)).all()]
+            rows = await self._db.read(lambda c: c.execute(query).mappings().all())
+            return [_to_delivery(row) for row in rows]
 
     async def update(
         self,
@@ -124,5 +125,4 @@ class SqlOutbox:
             )
         )
         with store_errors("could not update delivery"):
-            async with self._session() as session, session.begin():
-                await session.exec(statement)
+            await self._db.write(lambda c: c.execute(statement))

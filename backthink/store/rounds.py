@@ -1,4 +1,4 @@
-"""SqlRoundStore: the audit log of rounds in the `round` table."""
+"""SqlRoundStore: the audit log of rounds in the `round` table, and per-owner marks."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import insert, update
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.engine import Connection, RowMapping
 from sqlmodel import col, select
-from sqlmodel.ext.asyncio.session import AsyncSession
 
 from backthink.models import RoundRecord
+from backthink.store.database import Database
 from backthink.store.failures import store_errors
 from backthink.store.tables import MarkRow, RoundRow
 
@@ -25,21 +25,18 @@ def _row_values(record: RoundRecord) -> dict[str, Any]:
     return values
 
 
-def _to_record(row: RoundRow) -> RoundRecord:
-    values = {name: getattr(row, name) for name in RoundRecord.model_fields}
-    values["notes"] = json.loads(row.notes)
+def _to_record(row: RowMapping) -> RoundRecord:
+    values = {name: row[name] for name in RoundRecord.model_fields}
+    values["notes"] = json.loads(row["notes"])
     return RoundRecord.model_validate(values)
 
 
 class SqlRoundStore:
-    """The RoundStore on an SQLAlchemy async engine; raw replies stay in the database."""
+    """The RoundStore on SQL; raw replies stay in the database."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        """Use `engine`, which must already be migrated (see `migrate`)."""
-        self._engine = engine
-
-    def _session(self) -> AsyncSession:
-        return AsyncSession(self._engine, expire_on_commit=False)
+    def __init__(self, db: Database) -> None:
+        """Use `db`, which must already be migrated (see `open_store`)."""
+        self._db = db
 
     async def save(self, record: RoundRecord) -> None:
         """Store a finished round.
@@ -47,17 +44,17 @@ class SqlRoundStore:
         Raises:
             StoreError: the database failed, or a round with this id is already stored.
         """
+        values = _row_values(record)
         # A second save of the same id fails on the primary key, inside the database.
         with store_errors(f"could not save round {record.id!r}"):
-            async with self._session() as session, session.begin():
-                await session.exec(insert(RoundRow), params=_row_values(record))
+            await self._db.write(lambda c: c.execute(insert(RoundRow), values))
 
     async def get(self, round_id: str) -> RoundRecord | None:
         """Return the round with this id, or None if there is none."""
+        query = select(RoundRow).where(col(RoundRow.id) == round_id)
         with store_errors(f"could not read round {round_id!r}"):
-            async with self._session() as session:
-                row = await session.get(RoundRow, round_id)
-                return None if row is None else _to_record(row)
+            row = await self._db.read(lambda c: c.execute(query).mappings().first())
+            return None if row is None else _to_record(row)
 
     async def list(
         self, *, owner_id: str | None = None, trigger: str | None = None, limit: int = 20
@@ -71,27 +68,32 @@ class SqlRoundStore:
         if trigger is not None:
             query = query.where(col(RoundRow.trigger) == trigger)
         query = query.order_by(col(RoundRow.started_at).desc(), col(RoundRow.id).desc())
+        query = query.limit(limit)
         with store_errors("could not read rounds"):
-            async with self._session() as session:
-                rows = (await session.exec(query.limit(limit))).all()
-                return [_to_record(row) for row in rows]
+            rows = await self._db.read(lambda c: c.execute(query).mappings().all())
+            return [_to_record(row) for row in rows]
 
     async def marked_at(self, owner_id: str, name: str) -> datetime | None:
         """When the named mark was last set for this owner, or None."""
+        query = select(MarkRow.at).where(
+            col(MarkRow.owner_id) == owner_id, col(MarkRow.name) == name
+        )
         with store_errors("could not read mark"):
-            async with self._session() as session:
-                row = await session.get(MarkRow, (owner_id, name))
-                return None if row is None else row.at
+            at: datetime | None = await self._db.read(lambda c: c.execute(query).scalar())
+            return at
 
     async def mark(self, owner_id: str, name: str, at: datetime) -> None:
         """Set a named mark for this owner to `at` (insert or replace)."""
         values = {"owner_id": owner_id, "name": name, "at": at.astimezone(UTC)}
+
+        def upsert(conn: Connection) -> None:
+            changed = conn.execute(
+                update(MarkRow)
+                .where(col(MarkRow.owner_id) == owner_id, col(MarkRow.name) == name)
+                .values(at=values["at"])
+            )
+            if changed.rowcount == 0:
+                conn.execute(insert(MarkRow), values)
+
         with store_errors("could not write mark"):
-            async with self._session() as session, session.begin():
-                result = await session.exec(
-                    update(MarkRow)
-                    .where(col(MarkRow.owner_id) == owner_id, col(MarkRow.name) == name)
-                    .values(at=values["at"])
-                )
-                if result.rowcount == 0:
-                    await session.exec(insert(MarkRow), params=values)
+            await self._db.write(upsert)
