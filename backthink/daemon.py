@@ -47,6 +47,9 @@ class Daemon:
         self._tasks: set[asyncio.Task[RoundRecord]] = set()
         self._outcomes: Counter[str] = Counter()
         self._accepting = True
+        # Under overload, due rounds wait for a slot instead of all starting at once
+        # and each taking ever longer (and holding memory) while the model is slow.
+        self._slots = asyncio.Semaphore(app.settings.daemon.max_concurrent_rounds)
 
     def request_stop(self) -> None:
         """Stop taking new rounds and begin shutting down (SIGTERM, SIGINT)."""
@@ -56,16 +59,21 @@ class Daemon:
         """Run one round as a tracked task, so shutdown can wait for it."""
         if not self._accepting:
             raise BackthinkError("the daemon is stopping")
-        task = asyncio.create_task(self._app.thinker.run_round(owner_id, trigger))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        record = await asyncio.shield(task)
+        async with self._slots:
+            if not self._accepting:
+                raise BackthinkError("the daemon is stopping")
+            task = asyncio.create_task(self._app.thinker.run_round(owner_id, trigger))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            record = await asyncio.shield(task)
         self._outcomes[record.outcome.value] += 1
         return record
 
     async def _job(self, owner_id: str, trigger: str) -> None:
         if self._accepting:
-            await self.run_round(owner_id, trigger)
+            # A job still waiting for a slot when shutdown begins simply does not run.
+            with contextlib.suppress(BackthinkError):
+                await self.run_round(owner_id, trigger)
 
     async def _greet(self, owner_id: str) -> None:
         """The startup round, at most once per `schedule.startup_cooldown` across restarts."""
