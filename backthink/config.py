@@ -227,7 +227,7 @@ class DaemonSettings(_Section):
 
     socket: Path = Path("var/backthink.sock")
     drain_timeout: Duration = timedelta(seconds=30)
-    max_concurrent_rounds: int = Field(default=16, ge=1, le=10_000)
+    max_concurrent_rounds: int = Field(default=64, ge=1, le=10_000)
 
 
 class WebChannelSettings(_Section):

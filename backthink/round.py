@@ -52,6 +52,9 @@ _QUIET_STATE_PROBLEMS = frozenset({"state_not_configured", "state_missing"})
 # How many of the owner's recent messages and pushes the gate looks at.
 OWNER_CHANNEL_LOOKBACK = 20
 PUSH_LOOKBACK_SPARE = 4
+# The most recent pushes the gate ever reads: enough for a daily cap or an
+# unanswered limit up to 30, and a read that stays cheap whatever the settings.
+MAX_PUSH_LOOKBACK = 64
 _NAMED_TRIGGERS = frozenset({"heartbeat", "startup", "cron"})
 
 
@@ -264,7 +267,9 @@ class Thinker:
         g = self._settings.gate
         # Enough pushes for two local days of the cap (a 24 h window spans two) and
         # for the unanswered count, plus a few written back by failed deliveries.
-        lookback = 2 * max(g.daily_cap, g.max_unanswered) + PUSH_LOOKBACK_SPARE
+        lookback = min(
+            2 * max(g.daily_cap, g.max_unanswered) + PUSH_LOOKBACK_SPARE, MAX_PUSH_LOOKBACK
+        )
         pushes = await self._messages.proactive(owner_id, lookback)
         return gate.GateHistory(
             last_owner_message_at=channels[0][1] if channels else None,
