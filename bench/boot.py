@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from common import (
 )
 
 sys.path.insert(0, str(TESTS))
-from fake_openai import FakeOpenAI  # noqa: E402  # tests/ joins the path just above
+from fake_openai import FakeOpenAI  # tests/ joins the path just above
 
 GROUP = "boot"
 REPEATS = 5
@@ -106,10 +107,16 @@ def _boot_once(
     return took, _phases(log_path, popen_wall)
 
 
-def import_offenders(module: str) -> list[tuple[float, str]]:
-    """The slowest imports of `module` (cumulative ms, name) from `python -X importtime`."""
+def import_offenders(module: str) -> list[tuple[float, str, str]]:
+    """The costliest packages `module` pulls in: (cumulative ms, package, imported by).
+
+    Read from `python -X importtime`, which lists a module after everything it
+    imports, one indent level deeper per nesting level.
+    """
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", f"import {module}"],
+        env=env,
         capture_output=True,
         text=True,
         check=True,
@@ -122,9 +129,21 @@ def import_offenders(module: str) -> list[tuple[float, str]]:
         _, cumulative, name = line.removeprefix("import time:").split("|")
         depth = (len(name) - len(name.lstrip())) // 2
         rows.append((int(cumulative) / 1000, name.strip(), depth))
-    # Top-level packages only (depth 0 or 1): their time includes everything they pull in.
-    top = sorted(((ms, n) for ms, n, d in rows if d <= 1), reverse=True)
-    return top[:IMPORT_TOP]
+    own = module.split(".")[0]
+
+    def parent(i: int) -> int | None:
+        return next((j for j in range(i + 1, len(rows)) if rows[j][2] < rows[i][2]), None)
+
+    found: list[tuple[float, str, str]] = []
+    for i, (ms, name, _) in enumerate(rows):
+        if "." in name or name == own or name.startswith("_"):
+            continue
+        # The importer is the nearest ancestor outside the package itself.
+        j = parent(i)
+        while j is not None and rows[j][1].split(".")[0] == name:
+            j = parent(j)
+        found.append((ms, name, "-c" if j is None else rows[j][1]))
+    return sorted(found, reverse=True)[:IMPORT_TOP]
 
 
 def run(*, quick: bool, rebuild: bool) -> list[Figure]:
@@ -175,7 +194,9 @@ def run(*, quick: bool, rebuild: bool) -> list[Figure]:
             f"< {TARGET_S:g} s",
             med < TARGET_S,
         ),
-        Figure(GROUP, "fresh state dir, min / max", f"{min(fresh):.2f} / {max(fresh):.2f} s", "", None),
+        Figure(
+            GROUP, "fresh state dir, min / max", f"{min(fresh):.2f} / {max(fresh):.2f} s", "", None
+        ),
         Figure(
             GROUP,
             "existing database, median",
@@ -188,13 +209,15 @@ def run(*, quick: bool, rebuild: bool) -> list[Figure]:
         values = [p[event] for p in phases if event in p]
         if values:
             figures.append(
-                Figure(GROUP, f"Popen -> {event} log line, median", f"{median(values):.2f} s", "", None)
+                Figure(
+                    GROUP, f"Popen -> {event} log line, median", f"{median(values):.2f} s", "", None
+                )
             )
     if med >= TARGET_S:
         for module in ("backthink.cli", "backthink.daemon"):
-            print(f"\n  python -X importtime -c 'import {module}': slowest top-level imports")
-            for ms, name in import_offenders(module):
-                print(f"    {ms:8.1f} ms  {name}")
+            print(f"\n  python -X importtime -c 'import {module}': costliest packages")
+            for ms, name, parent in import_offenders(module):
+                print(f"    {ms:8.1f} ms  {name:<24} imported by {parent}")
     return figures
 
 

@@ -1,4 +1,4 @@
-"""Idle daemon: `backthink run` as a process; its memory across many poked rounds and its idle CPU."""
+"""Idle daemon: `backthink run` as a process, its memory over many poked rounds, its idle CPU."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Any
 
 from common import (
     BENCH_VAR,
+    NO_PUSH,
     READY_TIMEOUT_S,
     VENV_BIN,
     FakeServerProcess,
@@ -45,6 +46,8 @@ SETTLE_S = 1.0  # seconds between the last poke and the idle window
 POKE_TIMEOUT_S = 30.0  # seconds for one poked round
 TARGET_GROWTH_KB = 5 * 1024  # KiB of RSS growth over the measured rounds
 TARGET_IDLE_CPU = 0.5  # percent of one core
+RSS_SAMPLE_EVERY = 100  # pokes between RSS samples
+TREND_MIN_POKES = 2_000  # pokes from which the RSS trend of the second half is shown
 
 
 def poke(path: Path, trigger: str) -> dict[str, Any]:
@@ -73,16 +76,28 @@ def _is_event(name: str) -> Any:
     return match
 
 
-def run(*, quick: bool, rebuild: bool) -> list[Figure]:
+def slope_kib_per_1000(samples: list[tuple[int, int]]) -> float:
+    """Least-squares slope of (rounds, RSS KiB) samples, in KiB per 1,000 rounds."""
+    n = len(samples)
+    if n < 2:
+        return 0.0
+    mean_x = sum(x for x, _ in samples) / n
+    mean_y = sum(y for _, y in samples) / n
+    sxx = sum((x - mean_x) ** 2 for x, _ in samples)
+    sxy = sum((x - mean_x) * (y - mean_y) for x, y in samples)
+    return sxy / sxx * 1000 if sxx else 0.0
+
+
+def run(*, quick: bool, rebuild: bool, pokes: int | None = None) -> list[Figure]:
     """Start the daemon, poke it, watch its memory and CPU; return the figures."""
     env = clean_environ()
-    pokes = QUICK_POKES if quick else POKES
+    pokes = pokes or (QUICK_POKES if quick else POKES)
     window_s = QUICK_IDLE_WINDOW_S if quick else IDLE_WINDOW_S
     work = fresh_dir(BENCH_VAR / "idle")
     state, sock = work / "state.json", work / "bt.sock"
     write_state_file(state, at=datetime.now(UTC))
     figures: list[Figure] = []
-    with FakeServerProcess(reply="[我决定:no_push]", log=BENCH_VAR / "logs" / "fake-idle.log") as fake:
+    with FakeServerProcess(reply=NO_PUSH, log=BENCH_VAR / "logs" / "fake-idle.log") as fake:
         tag = uuid.uuid4().hex[:8]
         # The greeting, the warm-up and the measured pokes each get a distinct push.
         fake.script([push_reply(f"{tag}-{i}") for i in range(1 + WARMUP_POKES + pokes)])
@@ -114,10 +129,15 @@ def run(*, quick: bool, rebuild: bool) -> list[Figure]:
             for i in range(WARMUP_POKES):
                 poke(sock, f"bench warm-up {i}")
             rss_warm = rss_kb(proc.pid)
+            samples = [(0, rss_warm)]
             started = time.perf_counter()
             for i in range(pokes):
                 answer = poke(sock, f"日程：bench {i}")
-                outcomes[f"{answer.get('outcome')}/{answer.get('reason', answer.get('error'))}"] += 1
+                outcomes[
+                    f"{answer.get('outcome')}/{answer.get('reason', answer.get('error'))}"
+                ] += 1
+                if (i + 1) % RSS_SAMPLE_EVERY == 0:
+                    samples.append((i + 1, rss_kb(proc.pid)))
             took = time.perf_counter() - started
             rss_after = rss_kb(proc.pid)
             time.sleep(SETTLE_S)
@@ -131,7 +151,9 @@ def run(*, quick: bool, rebuild: bool) -> list[Figure]:
     delivered = outcomes.get("delivered/web", 0)
     figures += [
         Figure(GROUP, "RSS after ready + greeting", f"{rss_ready / 1024:.1f} MiB", "", None),
-        Figure(GROUP, f"RSS after {WARMUP_POKES} warm-up pokes", f"{rss_warm / 1024:.1f} MiB", "", None),
+        Figure(
+            GROUP, f"RSS after {WARMUP_POKES} warm-up pokes", f"{rss_warm / 1024:.1f} MiB", "", None
+        ),
         Figure(GROUP, f"RSS after {pokes:,} more pokes", f"{rss_after / 1024:.1f} MiB", "", None),
         Figure(
             GROUP,
@@ -143,11 +165,13 @@ def run(*, quick: bool, rebuild: bool) -> list[Figure]:
         Figure(
             GROUP,
             "RSS growth since ready",
-            f"{(rss_after - rss_ready) / 1024:+.2f} MiB ({(rss_after / rss_ready - 1) * 100:+.1f}%)",
+            f"{(rss_after - rss_ready) / 1024:+.2f} MiB ({rss_after / rss_ready - 1:+.1%})",
             "",
             None,
         ),
-        Figure(GROUP, "poked rounds delivered/web", f"{delivered}/{pokes}", "all", delivered == pokes),
+        Figure(
+            GROUP, "poked rounds delivered/web", f"{delivered}/{pokes}", "all", delivered == pokes
+        ),
         Figure(GROUP, "poke round trip (mean)", f"{took / pokes * 1000:.1f} ms", "", None),
         Figure(
             GROUP,
@@ -159,6 +183,13 @@ def run(*, quick: bool, rebuild: bool) -> list[Figure]:
         Figure(GROUP, "RSS after idle window", f"{rss_idle / 1024:.1f} MiB", "", None),
         Figure(GROUP, "exit code after SIGTERM", str(code), "0", code == 0),
     ]
+    if pokes >= TREND_MIN_POKES:
+        # Caches (SQLite keeps up to 2 MiB of pages per connection) fill during the
+        # first ~1,000 rounds; only a longer run tells a plateau from a leak.
+        trend = slope_kib_per_1000(samples[len(samples) // 2 :])
+        figures.append(
+            Figure(GROUP, "RSS trend, second half", f"{trend:+.0f} KiB / 1,000 rounds", "", None)
+        )
     if delivered != pokes:
         print(f"  poke outcomes: {dict(outcomes)}", file=sys.stderr)
     return figures
@@ -170,9 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer pokes, a shorter idle window")
     parser.add_argument("--rebuild", action="store_true", help="accepted for symmetry; no cache")
     parser.add_argument("--results", type=Path, help="write the figures here as JSON")
+    parser.add_argument("--pokes", type=int, help=f"measured pokes (default {POKES:,})")
     args = parser.parse_args(argv)
     exit_on_sigterm()
-    figures = run(quick=args.quick, rebuild=args.rebuild)
+    figures = run(quick=args.quick, rebuild=args.rebuild, pokes=args.pokes)
     print_figures("2. Idle daemon (memory across poked rounds, idle CPU)", figures)
     write_figures(args.results, figures)
     return 0

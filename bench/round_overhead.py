@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import inspect
+import pstats
 import sys
 import time
 import uuid
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from common import (
     BENCH_VAR,
+    NO_PUSH,
     OWNER,
     FakeServerProcess,
     Figure,
@@ -36,28 +41,83 @@ QUICK_ROUNDS = 60
 WARMUP = 20  # rounds run first and not measured: imports, statement caches, connections
 TARGET_MEDIAN_MS = 5.0  # milliseconds, at the largest history
 TARGET_RATIO = 1.5  # largest median over smallest median
+PROFILE_TOP = 30  # functions listed by --profile
 
 
-async def _measure(base_url: str, db: Path, state: Path, rounds: int) -> tuple[list[float], Counter[str]]:
-    """Run WARMUP + `rounds` rounds; return each measured round's overhead in ms and outcomes."""
+async def _measure(
+    base_url: str,
+    db: Path,
+    state: Path,
+    rounds: int,
+    *,
+    breakdown: bool = False,
+    profile: bool = False,
+) -> tuple[list[float], Counter[str]]:
+    """Run WARMUP + `rounds` rounds; return each measured round's overhead in ms and outcomes.
+
+    With `breakdown`, every store and model call is timed and the means printed;
+    with `profile`, the measured rounds run under cProfile and its top list is printed.
+    """
     from backthink.app import open_app
     from backthink.config import Settings
 
     settings = Settings.model_validate(settings_doc(base_url=base_url, db=db, state=state))
     overheads: list[float] = []
     outcomes: Counter[str] = Counter()
+    calls: dict[str, list[float]] = {}
+    profiler = cProfile.Profile() if profile else None
     async with open_app(settings) as app:
+        if breakdown:
+            for owner in (app.messages, app.rounds, app.outbox, app.model):
+                _time_calls(owner, calls)
         for i in range(WARMUP + rounds):
+            if i == WARMUP:
+                calls.clear()
+                if profiler is not None:
+                    profiler.enable()
             started = time.perf_counter()
             record = await app.thinker.run_round(OWNER, "heartbeat")
             wall_ms = (time.perf_counter() - started) * 1000
             outcomes[f"{record.outcome.value}/{record.reason}"] += 1
             if i >= WARMUP and record.latency_ms is not None:
                 overheads.append(wall_ms - record.latency_ms)
+        if profiler is not None:
+            profiler.disable()
+    if breakdown:
+        print(f"\n  time per call over {rounds} rounds (mean ms, calls per round):")
+        for name, values in sorted(calls.items(), key=lambda kv: -sum(kv[1])):
+            print(f"    {sum(values) / len(values):7.2f} ms  x{len(values) / rounds:.0f}  {name}")
+    if profiler is not None:
+        print("\n  cProfile of the measured rounds, top functions by cumulative time:")
+        stats = pstats.Stats(profiler, stream=sys.stdout)
+        stats.sort_stats(pstats.SortKey.CUMULATIVE).print_stats(PROFILE_TOP)
     return overheads, outcomes
 
 
-def run(*, quick: bool, rebuild: bool) -> list[Figure]:
+def _time_calls(target: object, calls: dict[str, list[float]]) -> None:
+    """Wrap the public coroutine methods of one object so each call's wall time is kept."""
+    for name in dir(target):
+        method = getattr(target, name)
+        if name.startswith("_") or not inspect.iscoroutinefunction(method):
+            continue
+        key = f"{type(target).__name__}.{name}"
+
+        def timed(method: Any = method, key: str = key) -> Any:
+            async def call(*args: Any, **kwargs: Any) -> Any:
+                started = time.perf_counter()
+                try:
+                    return await method(*args, **kwargs)
+                finally:
+                    calls.setdefault(key, []).append((time.perf_counter() - started) * 1000)
+
+            return call
+
+        setattr(target, name, timed())
+
+
+def run(
+    *, quick: bool, rebuild: bool, breakdown: bool = False, profile: bool = False
+) -> list[Figure]:
     """Measure every history size and return the figures."""
     clean_environ()
     quiet_logs()
@@ -68,11 +128,20 @@ def run(*, quick: bool, rebuild: bool) -> list[Figure]:
     dbs = {size: history_db(f"history-{size}", [OWNER], size, rebuild=rebuild) for size in sizes}
     medians: dict[int, float] = {}
     figures: list[Figure] = []
-    with FakeServerProcess(reply="[我决定:no_push]", log=BENCH_VAR / "logs" / "fake-round.log") as fake:
+    with FakeServerProcess(reply=NO_PUSH, log=BENCH_VAR / "logs" / "fake-round.log") as fake:
         for size in sizes:
             run_tag = uuid.uuid4().hex[:8]
             fake.script([push_reply(f"{run_tag}-{size}-{i}") for i in range(WARMUP + rounds)])
-            overheads, outcomes = asyncio.run(_measure(fake.base_url, dbs[size].path, state, rounds))
+            overheads, outcomes = asyncio.run(
+                _measure(
+                    fake.base_url,
+                    dbs[size].path,
+                    state,
+                    rounds,
+                    breakdown=breakdown and size == sizes[-1],
+                    profile=profile and size == sizes[-1],
+                )
+            )
             delivered = outcomes.get("delivered/web", 0)
             median, p99 = percentile(overheads, 50), percentile(overheads, 99)
             medians[size] = median
@@ -117,9 +186,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller histories, fewer rounds")
     parser.add_argument("--rebuild", action="store_true", help="rebuild the cached databases")
     parser.add_argument("--results", type=Path, help="write the figures here as JSON")
+    parser.add_argument(
+        "--breakdown", action="store_true", help="time each store and model call (largest size)"
+    )
+    parser.add_argument("--profile", action="store_true", help="cProfile the largest size")
     args = parser.parse_args(argv)
     exit_on_sigterm()
-    figures = run(quick=args.quick, rebuild=args.rebuild)
+    figures = run(
+        quick=args.quick, rebuild=args.rebuild, breakdown=args.breakdown, profile=args.profile
+    )
     print_figures("1. Round overhead (round wall time minus model latency)", figures)
     write_figures(args.results, figures)
     return 0

