@@ -85,13 +85,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the next run, for a look at what the model actually wrote.
         pytest += ["-p", "no:cacheprovider", f"--basetemp={BASETEMP}", *args.pytest_args]
         print(f"live: {' '.join(pytest[2:])} against {base_url}", flush=True)
-        code = subprocess.run(pytest, cwd=ROOT, env=env, check=False).returncode
+        code = run_child(pytest, env)
         if code == 0 and args.report > 0:
             report = [sys.executable, str(Path(__file__).with_name("report.py"))]
             report += ["--base-url", base_url, "--rounds", str(args.report), "--model", MODEL_ALIAS]
             report += ["--dir", str(LOG_DIR / "report")]
             print(f"live: report over {args.report} rounds", flush=True)
-            code = subprocess.run(report, cwd=ROOT, env=env, check=False).returncode
+            code = run_child(report, env)
     except (StopRequestedError, KeyboardInterrupt):
         print("live: interrupted", file=sys.stderr)
         code = 130
@@ -104,6 +104,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         if code != 0:
             show_log_tail()
     return code
+
+
+def run_child(command: list[str], env: dict[str, str]) -> int:
+    """Run a command in its own process group; if we are interrupted, stop the whole group.
+
+    pytest runs `backthink` processes of its own, which killing pytest alone would orphan.
+    """
+    child = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
+    try:
+        return child.wait()
+    finally:
+        if child.poll() is None:
+            stop_group(child)
 
 
 def pins() -> dict[str, str]:
@@ -222,19 +235,24 @@ def wait_ready(server: subprocess.Popen[bytes], base_url: str) -> None:
 
 
 def stop_server(server: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the server's process group, then SIGKILL it if it lingers."""
+    """Stop the model server, or say that it had died on its own."""
     if server.poll() is not None:
         # It died under the tests: every round after that failed to connect, and the
         # cause is here, not in the test output.
         print(f"live: the model server had already exited: {_exit(server)}", file=sys.stderr)
         return
-    _signal_group(server, signal.SIGTERM)
-    try:
-        server.wait(timeout=STOP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        _signal_group(server, signal.SIGKILL)
-        server.wait(timeout=STOP_TIMEOUT_S)
+    stop_group(server)
     print(f"live: model server stopped ({_exit(server)})", flush=True)
+
+
+def stop_group(child: subprocess.Popen[bytes]) -> None:
+    """SIGTERM a child's process group, then SIGKILL it if it lingers."""
+    _signal_group(child, signal.SIGTERM)
+    try:
+        child.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        _signal_group(child, signal.SIGKILL)
+        child.wait(timeout=STOP_TIMEOUT_S)
 
 
 def _exit(server: subprocess.Popen[bytes]) -> str:
