@@ -22,7 +22,8 @@ from backthink.models import RoundState
 STARTUP_TRIGGER = "startup"
 HEARTBEAT_TRIGGER = "heartbeat"
 TEMPLATE_NAMES = ("guidance", "startup")
-_NAMED_TRIGGERS = frozenset({"heartbeat", "startup", "cron"})
+NAMED_TRIGGERS = frozenset({"heartbeat", "startup", "cron"})
+"""Triggers with a fixed meaning; any other trigger is free text (a poke)."""
 MAX_SCHEDULE_ITEMS = 5
 SCHEDULE_HORIZON = timedelta(hours=24)
 
@@ -148,7 +149,7 @@ def render_prompt(
 def describe_trigger(trigger: str, language: Language) -> str:
     """Name the trigger for the model; free text (a poke) is passed through as written."""
     key = trigger.strip().lower()
-    if key in _NAMED_TRIGGERS:
+    if key in NAMED_TRIGGERS:
         return _LABELS[language][key]
     return trigger.strip()
 

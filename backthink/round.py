@@ -43,7 +43,7 @@ from backthink.ports import (
     RoundStore,
     StateProvider,
 )
-from backthink.prompts import PromptBook, render_prompt
+from backthink.prompts import NAMED_TRIGGERS, PromptBook, render_prompt
 
 log = structlog.get_logger("backthink.round")
 
@@ -55,7 +55,6 @@ PUSH_LOOKBACK_SPARE = 4
 # The most recent pushes the gate ever reads: enough for a daily cap or an
 # unanswered limit up to 30, and a read that stays cheap whatever the settings.
 MAX_PUSH_LOOKBACK = 64
-_NAMED_TRIGGERS = frozenset({"heartbeat", "startup", "cron"})
 
 
 @dataclass(frozen=True)
@@ -195,7 +194,7 @@ class Thinker:
                 log.error("round.record_failed", error=str(exc))
             log.info(
                 "round.finished",
-                trigger=trigger if trigger.strip().lower() in _NAMED_TRIGGERS else "poke",
+                trigger=trigger if trigger.strip().lower() in NAMED_TRIGGERS else "poke",
                 outcome=record.outcome.value,
                 reason=record.reason,
                 channel=record.channel,
