@@ -61,11 +61,14 @@ URGENCY_UNCLEAR: Final = "urgency_unclear"
 CHANNEL_UNCLEAR: Final = "channel_unclear"
 UNCLOSED_THINK: Final = "unclosed_think"
 ECHOED_FOOTER: Final = "echoed_footer"
+ECHOED_PROMPT: Final = "echoed_prompt"
 
 # Reason codes of a suppressed round, as listed in the design's outcome table.
 REASON_NO_PUSH: Final = "no_push"
 REASON_PARSE_FAILED: Final = "parse_failed"
-_PARSE_FAILURES: Final = frozenset({NO_DECISION, CONFLICTING_DECISIONS, EMPTY_REPLY, ECHOED_FOOTER})
+_PARSE_FAILURES: Final = frozenset(
+    {NO_DECISION, CONFLICTING_DECISIONS, EMPTY_REPLY, ECHOED_FOOTER, ECHOED_PROMPT}
+)
 
 DEFAULT_MAX_BODY_CHARS: Final = 600  # characters
 
@@ -145,6 +148,9 @@ def parse_footer(text: str, *, max_body_chars: int = DEFAULT_MAX_BODY_CHARS) -> 
     elif wants_push and len(body) > max_body_chars:
         problems.append(BODY_TOO_LONG)
     push = wants_push and not {EMPTY_BODY, BODY_TOO_LONG} & set(problems)
+    if not wants_push:
+        # An explicit no_push carries no message; whatever follows it is not a body.
+        body = ""
     return Decision(push=push, channel=channel, urgency=urgency, body=body, problems=problems)
 
 
@@ -190,6 +196,32 @@ def reject_echo(decision: Decision, user_texts: Iterable[str]) -> Decision:
     for text in user_texts:
         if decision.body in text and any(tag.kind == "decision" for tag in _tags_in(text)):
             return Decision(problems=[*decision.problems, ECHOED_FOOTER])
+    return decision
+
+
+PROMPT_ECHO_MIN_CHARS: Final = 6  # characters; shorter prompt lines may be said naturally
+
+
+def reject_prompt_echo(decision: Decision, prompt: str) -> Decision:
+    """Refuse a push whose body repeats a line of the instruction prompt.
+
+    A weak model sometimes continues with the prompt's own lines ("触发：定时心跳",
+    "The owner's local time is now ...") after its footer; those must never
+    reach the owner as if the companion had said them.
+
+    Args:
+        decision: a parsed decision.
+        prompt: the instruction prompt the model was given.
+
+    Returns:
+        The decision unchanged, or a no-push decision with problem `echoed_prompt`.
+    """
+    if not decision.push:
+        return decision
+    for line in prompt.splitlines():
+        line = line.strip()
+        if len(line) >= PROMPT_ECHO_MIN_CHARS and line in decision.body:
+            return Decision(problems=[*decision.problems, ECHOED_PROMPT])
     return decision
 
 

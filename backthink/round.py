@@ -21,7 +21,7 @@ from backthink.config import Settings
 from backthink.context import conversation
 from backthink.delivery import Dispatcher
 from backthink.errors import ModelError, StoreError
-from backthink.footer import parse_footer, reject_echo, suppression_reason
+from backthink.footer import parse_footer, reject_echo, reject_prompt_echo, suppression_reason
 from backthink.models import (
     Decision,
     Delivery,
@@ -231,6 +231,7 @@ class Thinker:
         decision = parse_footer(reply.text, max_body_chars=g.max_body_chars)
         user_texts = (m.text for m in request.recent if m.role != "assistant")
         decision = reject_echo(decision, user_texts)
+        decision = reject_prompt_echo(decision, request.messages[-1].text)
         notes.extend(decision.problems)
         reason = suppression_reason(decision)
         if reason is not None:

@@ -57,7 +57,7 @@ CASES = [
         urgency=W,
     ),
     case("zh_no_push", "[我决定:no_push]", False),
-    case("zh_no_push_with_text", "[我决定:no_push]\n现在不打扰她。", False, "现在不打扰她。"),
+    case("zh_no_push_with_text", "[我决定:no_push]\n现在不打扰她。", False, ""),
     case(
         "en_push",
         "[decision:push]\n[channel:telegram]\n[urgency:critical]\nYour flight leaves in an hour.",

@@ -313,3 +313,12 @@ async def test_store_failure_after_the_model_keeps_the_decision() -> None:
     assert record.push is True and record.body == "组会加油。"
     assert record.prompt_tokens and record.raw_reply == PUSH
     assert record.notes == ["could not commit delivery: database is locked"]
+
+
+async def test_a_body_that_repeats_the_prompt_is_not_delivered() -> None:
+    """A weak model continuing with the prompt's trigger or time line pushes nothing."""
+    r, _ = rig("[我决定:push]\n早安！记得吃早饭。\n触发：定时心跳")
+    record = await r.thinker.run_round("o", "heartbeat")
+    assert (record.outcome, record.reason) == (Outcome.SUPPRESSED, "parse_failed")
+    assert "echoed_prompt" in record.notes
+    assert await r.messages.proactive("o", 5) == []
