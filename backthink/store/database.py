@@ -44,28 +44,22 @@ class Database:
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
         """Run `fn` on a connection, outside any explicit transaction."""
-        if self._sync is not None and self._executor is not None:
-            sync = self._sync
-
-            def run() -> T:
-                with sync.connect() as conn:
-                    return fn(conn)
-
-            return await asyncio.get_running_loop().run_in_executor(self._executor, run)
-        async with self.engine.connect() as conn:
-            return await conn.run_sync(fn)
+        return await self._run(fn, transaction=False)
 
     async def write(self, fn: Callable[[Connection], T]) -> T:
         """Run `fn` in one transaction: committed when it returns, rolled back when it raises."""
+        return await self._run(fn, transaction=True)
+
+    async def _run(self, fn: Callable[[Connection], T], *, transaction: bool) -> T:
         if self._sync is not None and self._executor is not None:
             sync = self._sync
 
             def run() -> T:
-                with sync.begin() as conn:
+                with sync.begin() if transaction else sync.connect() as conn:
                     return fn(conn)
 
             return await asyncio.get_running_loop().run_in_executor(self._executor, run)
-        async with self.engine.begin() as conn:
+        async with self.engine.begin() if transaction else self.engine.connect() as conn:
             return await conn.run_sync(fn)
 
     async def dispose(self) -> None:
