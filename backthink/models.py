@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
@@ -70,6 +71,30 @@ class Message(_Frozen):
     channel: str | None = None
     origin: Origin = "chat"
     created_at: AwareDatetime
+
+
+@dataclass(frozen=True)
+class SessionView:
+    """What a round reads before it thinks, in one read of the main session.
+
+    `recent` is the history shown to the model, oldest first;
+    `last_owner_message_at` is when the owner last wrote, however far back.
+    """
+
+    recent: list[Message]
+    last_owner_message_at: datetime | None
+
+
+@dataclass(frozen=True)
+class OwnerActivity:
+    """What the gate reads once the model has answered, in one read of the main session.
+
+    `owner_messages` holds (channel, created_at) of the owner's newest
+    messages and `pushes` the newest proactive messages, both newest first.
+    """
+
+    owner_messages: list[tuple[str | None, datetime]]
+    pushes: list[Message]
 
 
 class ModelMessage(_Frozen):

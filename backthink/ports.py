@@ -19,7 +19,9 @@ from backthink.models import (
     ModelMessage,
     ModelReply,
     OutgoingMessage,
+    OwnerActivity,
     RoundRecord,
+    SessionView,
     StateReading,
 )
 
@@ -74,6 +76,18 @@ class MessageStore(Protocol):
         self, owner_id: str, limit: int, *, session_id: str = MAIN_SESSION
     ) -> list[Message]:
         """Return the newest proactive (delivered) messages of a session, newest first."""
+        ...
+
+    async def session_view(
+        self, owner_id: str, limit: int, *, session_id: str = MAIN_SESSION
+    ) -> SessionView:
+        """Return the last `limit` messages and the owner's last message time, in one read."""
+        ...
+
+    async def owner_activity(
+        self, owner_id: str, *, messages: int, pushes: int, session_id: str = MAIN_SESSION
+    ) -> OwnerActivity:
+        """Return the owner's newest `messages` channels and the newest `pushes`, in one read."""
         ...
 
 

@@ -118,20 +118,33 @@ class Thinker:
         self._model_missing_hint = model_missing_hint
         self._in_flight: set[str] = set()
 
-    async def prepare(self, owner_id: str, trigger: str, *, at: datetime) -> Request:
-        """Take the state snapshot and assemble the exact request, calling no model."""
+    async def prepare(
+        self,
+        owner_id: str,
+        trigger: str,
+        *,
+        at: datetime,
+        recent: Sequence[Message] | None = None,
+    ) -> Request:
+        """Take the state snapshot and assemble the exact request, calling no model.
+
+        `recent` is the history already read by the round; without it the
+        history is read here, and a failed read leaves a prompt-only request.
+        """
         notes: list[str] = []
         reading = self._state.read(at)
         if reading.problem and reading.problem not in _QUIET_STATE_PROBLEMS:
             notes.append(reading.problem)
-        try:
-            recent = await self._messages.recent(owner_id, self._settings.prompt.recent_messages)
-        except StoreError as exc:
-            # The round still thinks without history rather than failing outright.
-            notes.append(f"context_unavailable: {exc}")
-            recent = []
+        if recent is None:
+            try:
+                recent = await self._messages.recent(
+                    owner_id, self._settings.prompt.recent_messages
+                )
+            except StoreError as exc:
+                notes.append(f"context_unavailable: {exc}")
+                recent = []
         messages = self._assemble(recent, trigger, at, reading.state)
-        return Request(messages=messages, state=reading, recent=recent, notes=notes)
+        return Request(messages=messages, state=reading, recent=list(recent), notes=notes)
 
     def _assemble(
         self, recent: Sequence[Message], trigger: str, at: datetime, state: RoundState | None
@@ -209,18 +222,24 @@ class Thinker:
     async def _think(self, this: _Round) -> _Result:
         g = self._settings.gate
         tz = self._settings.owner.tz
-        last_owner = await self._messages.last_message(this.owner_id, role="user")
+        # One read serves the pre-gate and the context: the history is cheap next
+        # to a second trip to the database.
+        view = await self._messages.session_view(
+            this.owner_id, self._settings.prompt.recent_messages
+        )
         skip = gate.pre_gate(
             settings=g,
             tz=tz,
             connected=self.connected(),
-            last_owner_message_at=last_owner.created_at if last_owner else None,
+            last_owner_message_at=view.last_owner_message_at,
             at=this.started,
         )
         if skip is not None:
             return _Result(skip.outcome, skip.reason)
 
-        request = await self.prepare(this.owner_id, this.trigger, at=this.started)
+        request = await self.prepare(
+            this.owner_id, this.trigger, at=this.started, recent=view.recent
+        )
         notes = list(request.notes)
         if self._model is None:
             return _Result(Outcome.FAILED, "model_error", notes=[*notes, self._model_missing_hint])
@@ -259,22 +278,22 @@ class Thinker:
             return _Result(Outcome.FAILED, "store_error", decision, reply, notes=[*notes, str(exc)])
 
     async def _history(self, owner_id: str) -> gate.GateHistory:
-        # Newest first: the first row is also the owner's latest message, read fresh
-        # after the model call so a message sent while it was thinking counts.
-        channels = await self._messages.last_channels(
-            owner_id, role="user", limit=OWNER_CHANNEL_LOOKBACK
-        )
+        # Read fresh after the model call, so a message the owner sent while it was
+        # thinking counts; newest first, so the first row is the owner's latest.
         g = self._settings.gate
         # Enough pushes for two local days of the cap (a 24 h window spans two) and
         # for the unanswered count, plus a few written back by failed deliveries.
         lookback = min(
             2 * max(g.daily_cap, g.max_unanswered) + PUSH_LOOKBACK_SPARE, MAX_PUSH_LOOKBACK
         )
-        pushes = await self._messages.proactive(owner_id, lookback)
+        activity = await self._messages.owner_activity(
+            owner_id, messages=OWNER_CHANNEL_LOOKBACK, pushes=lookback
+        )
+        owner = activity.owner_messages
         return gate.GateHistory(
-            last_owner_message_at=channels[0][1] if channels else None,
-            owner_channels=[channel for channel, _ in channels],
-            pushes=[gate.PastPush(p.created_at, p.text, p.channel) for p in pushes],
+            last_owner_message_at=owner[0][1] if owner else None,
+            owner_channels=[channel for channel, _ in owner],
+            pushes=[gate.PastPush(p.created_at, p.text, p.channel) for p in activity.pushes],
         )
 
     async def _deliver(

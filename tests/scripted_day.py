@@ -22,6 +22,7 @@ from backthink.models import (
     Message,
     ModelMessage,
     ModelReply,
+    OwnerActivity,
     RoundRecord,
     RoundState,
 )
@@ -60,13 +61,15 @@ class FlakyProactiveStore(SqlMessageStore):
 
     fail_next = False
 
-    async def proactive(
-        self, owner_id: str, limit: int, *, session_id: str = "main"
-    ) -> list[Message]:
+    async def owner_activity(
+        self, owner_id: str, *, messages: int, pushes: int, session_id: str = "main"
+    ) -> OwnerActivity:
         if self.fail_next:
             self.fail_next = False
             raise StoreError("could not read messages: database is locked")
-        return await super().proactive(owner_id, limit, session_id=session_id)
+        return await super().owner_activity(
+            owner_id, messages=messages, pushes=pushes, session_id=session_id
+        )
 
 
 def settings(**gate: object) -> Settings:

@@ -156,14 +156,23 @@ async def test_no_model_configured() -> None:
     assert record.notes == ["no model endpoint configured"]
 
 
-async def test_store_failure_degrades_to_prompt_only() -> None:
-    """A failing history read still thinks, prompt only, and the record says so."""
+async def test_history_read_failure_fails_the_round_before_the_model() -> None:
+    """A failing history read ends the round failed/store_error; no model call is paid for."""
     model = ScriptedModel("[我决定:no_push]")
-    thinker, _ = make(model, store=BrokenStore())
+    thinker, rounds = make(model, store=BrokenStore())
     record = await thinker.run_round("o", "heartbeat")
-    assert [m.role for m in model.calls[0]] == ["system", "user"]
-    assert record.notes == ["context_unavailable: database is locked"]
-    assert record.reason == "no_push"
+    assert (record.outcome, record.reason) == (Outcome.FAILED, "store_error")
+    assert record.notes == ["database is locked"]
+    assert model.calls == []
+    assert await rounds.list() == [record]
+
+
+async def test_prepare_degrades_to_prompt_only() -> None:
+    """A dry run whose history read fails still shows the prompt, and says why."""
+    thinker, _ = make(ScriptedModel("[我决定:no_push]"), store=BrokenStore())
+    request = await thinker.prepare("o", "heartbeat", at=datetime(2026, 11, 30, 6, tzinfo=UTC))
+    assert [m.role for m in request.messages] == ["system", "user"]
+    assert request.notes == ["context_unavailable: database is locked"]
 
 
 async def test_startup_uses_startup_prompt() -> None:

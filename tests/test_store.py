@@ -251,6 +251,60 @@ async def test_last_channels_newest_first_of_a_role(messages: AnyMessageStore) -
     assert await messages.last_channels("bo") == []
 
 
+async def test_session_view_reads_recent_and_the_owners_last_word(
+    messages: AnyMessageStore,
+) -> None:
+    """session_view returns the history oldest first and when the owner last wrote."""
+    empty = await messages.session_view("ana", 3)
+    assert (empty.recent, empty.last_owner_message_at) == ([], None)
+    await messages.add_many(
+        [
+            msg("u1", at=T0),
+            msg("a1", at=T0 + timedelta(minutes=1), role="assistant"),
+            msg("u2", at=T0 + timedelta(minutes=2)),
+            msg("a2", at=T0 + timedelta(minutes=3), role="assistant"),
+            msg("a3", at=T0 + timedelta(minutes=4), role="assistant"),
+            msg("side", at=T0 + timedelta(minutes=5), session_id="side"),
+        ]
+    )
+    view = await messages.session_view("ana", 3)
+    assert texts(view.recent) == ["u2", "a2", "a3"]
+    assert view.recent == await messages.recent("ana", 3)
+    assert view.last_owner_message_at == T0 + timedelta(minutes=2)
+    # The owner's last word lies outside the two newest messages: still found.
+    further = await messages.session_view("ana", 2)
+    assert texts(further.recent) == ["a2", "a3"]
+    assert further.last_owner_message_at == T0 + timedelta(minutes=2)
+    nothing = await messages.session_view("ana", 0)
+    assert (nothing.recent, nothing.last_owner_message_at) == ([], T0 + timedelta(minutes=2))
+    assert (await messages.session_view("bo", 3)).last_owner_message_at is None
+    with pytest.raises(ValueError, match="limit"):
+        await messages.session_view("ana", -1)
+
+
+async def test_owner_activity_reads_owner_channels_and_pushes(messages: AnyMessageStore) -> None:
+    """owner_activity returns the owner's channels and the pushes, both newest first."""
+    await messages.add_many(
+        [
+            msg("u1", at=T0, channel="tg"),
+            msg("p1", at=T0 + timedelta(minutes=1), role="assistant", origin="proactive"),
+            msg("a1", at=T0 + timedelta(minutes=2), role="assistant", channel="mail"),
+            msg("u2", at=T0 + timedelta(minutes=3)),
+            msg("p2", at=T0 + timedelta(minutes=4), role="assistant", origin="proactive"),
+        ]
+    )
+    activity = await messages.owner_activity("ana", messages=5, pushes=5)
+    assert activity.owner_messages == await messages.last_channels("ana", limit=5)
+    assert activity.owner_messages == [(None, T0 + timedelta(minutes=3)), ("tg", T0)]
+    assert texts(activity.pushes) == ["p2", "p1"]
+    assert activity.pushes == await messages.proactive("ana", 5)
+    short = await messages.owner_activity("ana", messages=1, pushes=1)
+    assert (len(short.owner_messages), texts(short.pushes)) == (1, ["p2"])
+    assert await messages.owner_activity("bo", messages=5, pushes=5) == type(activity)([], [])
+    with pytest.raises(ValueError, match="limit"):
+        await messages.owner_activity("ana", messages=-1, pushes=5)
+
+
 # The RoundStore contract.
 
 

@@ -10,7 +10,15 @@ from datetime import UTC, datetime
 from pydantic import ValidationError
 
 from backthink.errors import StoreError
-from backthink.models import MAIN_SESSION, Delivery, DeliveryStatus, Message, RoundRecord
+from backthink.models import (
+    MAIN_SESSION,
+    Delivery,
+    DeliveryStatus,
+    Message,
+    OwnerActivity,
+    RoundRecord,
+    SessionView,
+)
 from backthink.store.failures import describe
 
 
@@ -125,6 +133,25 @@ class MemoryMessageStore:
             if message.origin == "proactive":
                 found.append(message)
         return found
+
+    async def session_view(
+        self, owner_id: str, limit: int, *, session_id: str = MAIN_SESSION
+    ) -> SessionView:
+        """Return the last `limit` messages (oldest first) and when the owner last wrote."""
+        recent = await self.recent(owner_id, limit, session_id=session_id)
+        owner = await self.last_message(owner_id, role="user", session_id=session_id)
+        return SessionView(recent=recent, last_owner_message_at=owner.created_at if owner else None)
+
+    async def owner_activity(
+        self, owner_id: str, *, messages: int, pushes: int, session_id: str = MAIN_SESSION
+    ) -> OwnerActivity:
+        """Return the owner's newest `messages` (channel, time) and the newest `pushes`."""
+        return OwnerActivity(
+            owner_messages=await self.last_channels(
+                owner_id, role="user", limit=messages, session_id=session_id
+            ),
+            pushes=await self.proactive(owner_id, pushes, session_id=session_id),
+        )
 
 
 class MemoryRoundStore:

@@ -4,20 +4,58 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
-from sqlalchemy import insert
+from sqlalchemy import Integer, bindparam, insert
 from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.sql import Executable
 from sqlmodel import col, select
 from sqlmodel.sql.expression import Select, SelectOfScalar
 
-from backthink.models import MAIN_SESSION, Message
+from backthink.models import MAIN_SESSION, Message, OwnerActivity, SessionView
 from backthink.store.database import Database
 from backthink.store.failures import store_errors
 from backthink.store.tables import MessageRow
 
 _NEWEST_FIRST = (col(MessageRow.created_at).desc(), col(MessageRow.id).desc())
+
+
+@cache
+def _newest(*, role: bool = False, origin: bool = False) -> SelectOfScalar[MessageRow]:
+    """The newest messages of a session, newest first, with bound parameters.
+
+    Built once per shape and executed with a parameter dict, so a round pays
+    for no statement construction; the parameters are `owner_id`,
+    `session_id`, `limit` and, when asked for, `role` and `origin`.
+    """
+    query = select(MessageRow).where(
+        col(MessageRow.owner_id) == bindparam("owner_id"),
+        col(MessageRow.session_id) == bindparam("session_id"),
+    )
+    if role:
+        query = query.where(col(MessageRow.role) == bindparam("role"))
+    if origin:
+        query = query.where(col(MessageRow.origin) == bindparam("origin"))
+    return query.order_by(*_NEWEST_FIRST).limit(bindparam("limit", type_=Integer))
+
+
+@cache
+def _newest_channels(*, role: bool = False) -> Select[str | None, datetime]:
+    """(channel, created_at) of the newest messages of a session, with bound parameters."""
+    query = select(col(MessageRow.channel), col(MessageRow.created_at)).where(
+        col(MessageRow.owner_id) == bindparam("owner_id"),
+        col(MessageRow.session_id) == bindparam("session_id"),
+    )
+    if role:
+        query = query.where(col(MessageRow.role) == bindparam("role"))
+    return query.order_by(*_NEWEST_FIRST).limit(bindparam("limit", type_=Integer))
+
+
+def _params(owner_id: str, limit: int, session_id: str, **filters: str | None) -> dict[str, Any]:
+    params: dict[str, Any] = {"owner_id": owner_id, "session_id": session_id, "limit": limit}
+    params.update((name, value) for name, value in filters.items() if value is not None)
+    return params
 
 
 def recent_query(
@@ -29,26 +67,16 @@ def recent_query(
     origin: str | None = None,
 ) -> SelectOfScalar[MessageRow]:
     """The newest `limit` messages of a session, newest first: a backward walk of its index."""
-    query = select(MessageRow).where(
-        col(MessageRow.owner_id) == owner_id, col(MessageRow.session_id) == session_id
-    )
-    if role is not None:
-        query = query.where(col(MessageRow.role) == role)
-    if origin is not None:
-        query = query.where(col(MessageRow.origin) == origin)
-    return query.order_by(*_NEWEST_FIRST).limit(limit)
+    statement = _newest(role=role is not None, origin=origin is not None)
+    return statement.params(_params(owner_id, limit, session_id, role=role, origin=origin))
 
 
 def channels_query(
     owner_id: str, limit: int, *, session_id: str = MAIN_SESSION, role: str | None = "user"
 ) -> Select[str | None, datetime]:
     """The channels and times of the newest `limit` messages, newest first."""
-    query = select(col(MessageRow.channel), col(MessageRow.created_at)).where(
-        col(MessageRow.owner_id) == owner_id, col(MessageRow.session_id) == session_id
-    )
-    if role is not None:
-        query = query.where(col(MessageRow.role) == role)
-    return query.order_by(*_NEWEST_FIRST).limit(limit)
+    statement = _newest_channels(role=role is not None)
+    return statement.params(_params(owner_id, limit, session_id, role=role))
 
 
 def _check_limit(limit: int) -> None:
@@ -125,9 +153,9 @@ class SqlMessageStore:
             await self._db.write(insert_all)
         return len(messages)
 
-    async def _rows(self, query: Executable) -> list[Message]:
+    async def _rows(self, query: Executable, params: dict[str, Any]) -> list[Message]:
         with store_errors("could not read messages"):
-            rows = await self._db.read(lambda c: c.execute(query).mappings().all())
+            rows = await self._db.read(lambda c: c.execute(query, params).mappings().all())
             return [_to_message(row) for row in rows]
 
     async def recent(
@@ -139,7 +167,7 @@ class SqlMessageStore:
         same timestamp keep their insertion order.
         """
         _check_limit(limit)
-        newest_first = await self._rows(recent_query(owner_id, limit, session_id=session_id))
+        newest_first = await self._rows(_newest(), _params(owner_id, limit, session_id))
         newest_first.reverse()
         return newest_first
 
@@ -147,7 +175,9 @@ class SqlMessageStore:
         self, owner_id: str, *, role: str | None = None, session_id: str = MAIN_SESSION
     ) -> Message | None:
         """Return the newest message of a session, optionally of one role; None if there is none."""
-        found = await self._rows(recent_query(owner_id, 1, session_id=session_id, role=role))
+        found = await self._rows(
+            _newest(role=role is not None), _params(owner_id, 1, session_id, role=role)
+        )
         return found[0] if found else None
 
     async def last_channels(
@@ -164,9 +194,10 @@ class SqlMessageStore:
         session's own interface.
         """
         _check_limit(limit)
-        query = channels_query(owner_id, limit, session_id=session_id, role=role)
+        query = _newest_channels(role=role is not None)
+        params = _params(owner_id, limit, session_id, role=role)
         with store_errors("could not read messages"):
-            rows = await self._db.read(lambda c: c.execute(query).all())
+            rows = await self._db.read(lambda c: c.execute(query, params).all())
         return [(channel, created_at) for channel, created_at in rows]
 
     async def proactive(
@@ -178,5 +209,53 @@ class SqlMessageStore:
         """
         _check_limit(limit)
         return await self._rows(
-            recent_query(owner_id, limit, session_id=session_id, origin="proactive")
+            _newest(origin=True), _params(owner_id, limit, session_id, origin="proactive")
         )
+
+    async def session_view(
+        self, owner_id: str, limit: int, *, session_id: str = MAIN_SESSION
+    ) -> SessionView:
+        """Return the last `limit` messages (oldest first) and when the owner last wrote.
+
+        One trip to the database. The owner's last message is usually among the
+        recent ones; only when it is not does a second query on the index look further.
+        """
+        _check_limit(limit)
+        recent_params = _params(owner_id, limit, session_id)
+        owner_params = _params(owner_id, 1, session_id, role="user")
+
+        def read(conn: Connection) -> tuple[Sequence[RowMapping], datetime | None]:
+            rows = conn.execute(_newest(), recent_params).mappings().all()
+            owner_at = next((row["created_at"] for row in rows if row["role"] == "user"), None)
+            if owner_at is None:
+                found = conn.execute(_newest_channels(role=True), owner_params).first()
+                owner_at = found[1] if found else None
+            return rows, owner_at
+
+        with store_errors("could not read messages"):
+            rows, owner_at = await self._db.read(read)
+            recent = [_to_message(row) for row in reversed(rows)]
+        return SessionView(recent=recent, last_owner_message_at=owner_at)
+
+    async def owner_activity(
+        self, owner_id: str, *, messages: int, pushes: int, session_id: str = MAIN_SESSION
+    ) -> OwnerActivity:
+        """Return the owner's newest `messages` (channel, time) and the newest `pushes`.
+
+        Both newest first, read in one trip to the database.
+        """
+        _check_limit(messages)
+        _check_limit(pushes)
+        owner_params = _params(owner_id, messages, session_id, role="user")
+        push_params = _params(owner_id, pushes, session_id, origin="proactive")
+
+        def read(
+            conn: Connection,
+        ) -> tuple[list[tuple[str | None, datetime]], Sequence[RowMapping]]:
+            owner = conn.execute(_newest_channels(role=True), owner_params).all()
+            found = conn.execute(_newest(origin=True), push_params).mappings().all()
+            return [(channel, at) for channel, at in owner], found
+
+        with store_errors("could not read messages"):
+            owner, found = await self._db.read(read)
+            return OwnerActivity(owner_messages=owner, pushes=[_to_message(row) for row in found])
