@@ -96,6 +96,7 @@ _FENCE_LINE = re.compile(r"^[^\S\n]*(?:`{3,}|~{3,})[^\S\n]*[\w+#.-]*[^\S\n]*$", 
 _TRAILING_FENCE = re.compile(r"(?:`{3,}|~{3,})\s*$")
 _THINK_OPEN = re.compile(r"<\s*think(?:ing)?\s*>", re.IGNORECASE)
 _THINK_CLOSE = re.compile(r"<\s*/\s*think(?:ing)?\s*>", re.IGNORECASE)
+_DIGITS = re.compile(r"\d+")
 _CHANNEL_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,31}")
 
 
@@ -207,7 +208,9 @@ def reject_prompt_echo(decision: Decision, prompt: str) -> Decision:
 
     A weak model sometimes continues with the prompt's own lines ("触发：定时心跳",
     "The owner's local time is now ...") after its footer; those must never
-    reach the owner as if the companion had said them.
+    reach the owner as if the companion had said them. Digits are compared as
+    one placeholder, so a copied line whose time or date the model rewrote
+    ("... now 2026-11-30 17:54 ...") is still recognised.
 
     Args:
         decision: a parsed decision.
@@ -218,9 +221,10 @@ def reject_prompt_echo(decision: Decision, prompt: str) -> Decision:
     """
     if not decision.push:
         return decision
+    body = _DIGITS.sub("0", decision.body)
     for line in prompt.splitlines():
         line = line.strip()
-        if len(line) >= PROMPT_ECHO_MIN_CHARS and line in decision.body:
+        if len(line) >= PROMPT_ECHO_MIN_CHARS and _DIGITS.sub("0", line) in body:
             return Decision(problems=[*decision.problems, ECHOED_PROMPT])
     return decision
 

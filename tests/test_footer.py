@@ -477,3 +477,21 @@ def test_reject_echo_refuses_a_copied_footer() -> None:
     own = parse_footer("[我决定:push]\n记得带伞。")
     assert reject_echo(own, ["记得带伞。"]) == own  # quoting the owner without a footer is fine
     assert reject_echo(own, [hostile]) == own
+
+
+def test_reject_prompt_echo_sees_through_rewritten_digits() -> None:
+    """A copied prompt line is refused even when the model changed its time or date."""
+    from backthink.footer import ECHOED_PROMPT, reject_prompt_echo
+
+    prompt = (
+        "Trigger: heartbeat\nThe owner's local time is now 2026-11-30 17:58 Mon (Asia/Shanghai)."
+    )
+    copied = parse_footer(
+        "[decision:push]\nTake a walk and enjoy.\n"
+        "The owner's local time is now 2026-11-30 17:54 Mon (Asia/Shanghai)."
+    )
+    refused = reject_prompt_echo(copied, prompt)
+    assert not refused.push and ECHOED_PROMPT in refused.problems
+    assert suppression_reason(refused) == "parse_failed"
+    own = parse_footer("[decision:push]\nYour meeting is at 18:30, good luck!")
+    assert reject_prompt_echo(own, prompt) == own
