@@ -19,21 +19,12 @@ from datetime import datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 from backthink.config import GateSettings, QuietHours
-from backthink.models import Availability, Decision, Outcome, RoundState, Urgency
+from backthink.models import Availability, Decision, Outcome, PastPush, RoundState, Urgency
 
 WEB_CHANNEL = "web"
 """The main session's own interface; a message stored without a channel was said there."""
 
 _SPACE_OR_PUNCT = re.compile(r"[\W_]+", re.UNICODE)
-
-
-@dataclass(frozen=True)
-class PastPush:
-    """A proactive message already delivered (written back into the main session)."""
-
-    at: datetime
-    body: str
-    channel: str | None = None
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,15 @@ class SessionView:
 
 
 @dataclass(frozen=True)
+class PastPush:
+    """A proactive message already delivered (written back into the main session)."""
+
+    at: datetime
+    body: str
+    channel: str | None = None
+
+
+@dataclass(frozen=True)
 class OwnerActivity:
     """What the gate reads once the model has answered, in one read of the main session.
 
@@ -94,7 +103,7 @@ class OwnerActivity:
     """
 
     owner_messages: list[tuple[str | None, datetime]]
-    pushes: list[Message]
+    pushes: list[PastPush]
 
 
 class ModelMessage(_Frozen):

@@ -293,7 +293,7 @@ class Thinker:
         return gate.GateHistory(
             last_owner_message_at=owner[0][1] if owner else None,
             owner_channels=[channel for channel, _ in owner],
-            pushes=[gate.PastPush(p.created_at, p.text, p.channel) for p in activity.pushes],
+            pushes=activity.pushes,
         )
 
     async def _deliver(

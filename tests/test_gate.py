@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from backthink.config import GateSettings, QuietHours
 from backthink.gate import (
     GateHistory,
-    PastPush,
     Verdict,
     choose_channel,
     disturbance,
@@ -26,7 +25,7 @@ from backthink.gate import (
     owner_active,
     pre_gate,
 )
-from backthink.models import Availability, Decision, Outcome, RoundState, Urgency
+from backthink.models import Availability, Decision, Outcome, PastPush, RoundState, Urgency
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 NEW_YORK = ZoneInfo("America/New_York")

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import Executable
 
 from backthink.errors import StoreError
-from backthink.models import Message, Outcome, RoundRecord, Urgency
+from backthink.models import Message, Outcome, PastPush, RoundRecord, Urgency
 from backthink.store import (
     BUSY_TIMEOUT_MS,
     Database,
@@ -296,10 +296,12 @@ async def test_owner_activity_reads_owner_channels_and_pushes(messages: AnyMessa
     activity = await messages.owner_activity("ana", messages=5, pushes=5)
     assert activity.owner_messages == await messages.last_channels("ana", limit=5)
     assert activity.owner_messages == [(None, T0 + timedelta(minutes=3)), ("tg", T0)]
-    assert texts(activity.pushes) == ["p2", "p1"]
-    assert activity.pushes == await messages.proactive("ana", 5)
+    assert activity.pushes == [
+        PastPush(T0 + timedelta(minutes=4), "p2", None),
+        PastPush(T0 + timedelta(minutes=1), "p1", None),
+    ]
     short = await messages.owner_activity("ana", messages=1, pushes=1)
-    assert (len(short.owner_messages), texts(short.pushes)) == (1, ["p2"])
+    assert (len(short.owner_messages), [p.body for p in short.pushes]) == (1, ["p2"])
     assert await messages.owner_activity("bo", messages=5, pushes=5) == type(activity)([], [])
     with pytest.raises(ValueError, match="limit"):
         await messages.owner_activity("ana", messages=-1, pushes=5)
@@ -425,6 +427,27 @@ async def test_reading_the_newest_messages_walks_the_index(engine: AsyncEngine) 
             name,
             plan,
         )
+
+
+async def test_reading_the_newest_pushes_walks_the_origin_index(engine: AsyncEngine) -> None:
+    """The gate's push read searches ix_message_origin, however many chats lie between."""
+    from backthink.store.messages import _newest_pushes
+
+    store = SqlMessageStore(Database(engine, busy_timeout_ms=BUSY_TIMEOUT_MS))
+    await store.add_many(
+        [
+            msg(f"m{i}", at=T0 + timedelta(seconds=i), origin="proactive" if i % 50 else "chat")
+            for i in range(600)
+        ]
+    )
+    async with engine.begin() as conn:
+        await conn.exec_driver_sql("ANALYZE")
+    plan = await _plan(engine, _newest_pushes().params(owner_id="ana", session_id="main", limit=9))
+    assert any(
+        "INDEX ix_message_origin (owner_id=? AND session_id=? AND origin=?)" in step
+        for step in plan
+    ), plan
+    assert not any("TEMP B-TREE" in step or step.startswith("SCAN") for step in plan), plan
 
 
 def _schema(conn: Connection) -> list[tuple[str, str]]:

@@ -16,6 +16,7 @@ from backthink.models import (
     DeliveryStatus,
     Message,
     OwnerActivity,
+    PastPush,
     RoundRecord,
     SessionView,
 )
@@ -150,7 +151,10 @@ class MemoryMessageStore:
             owner_messages=await self.last_channels(
                 owner_id, role="user", limit=messages, session_id=session_id
             ),
-            pushes=await self.proactive(owner_id, pushes, session_id=session_id),
+            pushes=[
+                PastPush(m.created_at, m.text, m.channel)
+                for m in await self.proactive(owner_id, pushes, session_id=session_id)
+            ],
         )
 
 

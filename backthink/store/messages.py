@@ -13,7 +13,7 @@ from sqlalchemy.sql import Executable
 from sqlmodel import col, select
 from sqlmodel.sql.expression import Select, SelectOfScalar
 
-from backthink.models import MAIN_SESSION, Message, OwnerActivity, SessionView
+from backthink.models import MAIN_SESSION, Message, OwnerActivity, PastPush, SessionView
 from backthink.store.database import Database
 from backthink.store.failures import store_errors
 from backthink.store.tables import MessageRow
@@ -37,6 +37,17 @@ def _newest(*, role: bool = False, origin: bool = False) -> SelectOfScalar[Messa
         query = query.where(col(MessageRow.role) == bindparam("role"))
     if origin:
         query = query.where(col(MessageRow.origin) == bindparam("origin"))
+    return query.order_by(*_NEWEST_FIRST).limit(bindparam("limit", type_=Integer))
+
+
+@cache
+def _newest_pushes() -> Select[datetime, str, str | None]:
+    """(created_at, text, channel) of the newest proactive messages, with bound parameters."""
+    query = select(col(MessageRow.created_at), col(MessageRow.text), col(MessageRow.channel)).where(
+        col(MessageRow.owner_id) == bindparam("owner_id"),
+        col(MessageRow.session_id) == bindparam("session_id"),
+        col(MessageRow.origin) == "proactive",
+    )
     return query.order_by(*_NEWEST_FIRST).limit(bindparam("limit", type_=Integer))
 
 
@@ -247,15 +258,16 @@ class SqlMessageStore:
         _check_limit(messages)
         _check_limit(pushes)
         owner_params = _params(owner_id, messages, session_id, role="user")
-        push_params = _params(owner_id, pushes, session_id, origin="proactive")
+        push_params = _params(owner_id, pushes, session_id)
 
-        def read(
-            conn: Connection,
-        ) -> tuple[list[tuple[str | None, datetime]], Sequence[RowMapping]]:
+        def read(conn: Connection) -> OwnerActivity:
             owner = conn.execute(_newest_channels(role=True), owner_params).all()
-            found = conn.execute(_newest(origin=True), push_params).mappings().all()
-            return [(channel, at) for channel, at in owner], found
+            found = conn.execute(_newest_pushes(), push_params).all()
+            return OwnerActivity(
+                owner_messages=[(channel, at) for channel, at in owner],
+                # Only what the gate compares: no full message is built per push.
+                pushes=[PastPush(at, text, channel) for at, text, channel in found],
+            )
 
         with store_errors("could not read messages"):
-            owner, found = await self._db.read(read)
-            return OwnerActivity(owner_messages=owner, pushes=[_to_message(row) for row in found])
+            return await self._db.read(read)
