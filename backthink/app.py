@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -52,6 +53,19 @@ def read_persona_prompt(settings: Settings) -> str:
         return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"persona.prompt_file: cannot read {path}: {exc.strerror}") from None
+
+
+def settle_heap() -> None:
+    """Take everything allocated so far out of the cyclic garbage collector's sight.
+
+    By the time a long-running process has wired its app, its modules and
+    clients (the model SDK alone brings thousands of classes) live as long as
+    it does. Once frozen, a collection triggered during a round scans only
+    the objects created since, instead of the whole heap: a round's median
+    and p99 overhead drop by milliseconds. Nothing is collected first, so
+    calling this costs no time at start.
+    """
+    gc.freeze()
 
 
 @dataclass

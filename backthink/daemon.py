@@ -20,7 +20,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
 
 from backthink import poke
-from backthink.app import MODEL_MISSING_HINT, App, open_app
+from backthink.app import MODEL_MISSING_HINT, App, open_app, settle_heap
 from backthink.config import Settings
 from backthink.errors import BackthinkError
 from backthink.models import RoundRecord
@@ -201,6 +201,7 @@ def _next_run(scheduler: AsyncIOScheduler) -> str | None:
 async def run_daemon(settings: Settings, *, owners: Sequence[str]) -> int:
     """Open the app, run the daemon under SIGTERM/SIGINT handling, return the exit code."""
     async with open_app(settings) as app:
+        settle_heap()
         daemon = Daemon(app, owners)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -16,6 +16,7 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta
+from functools import lru_cache
 from zoneinfo import ZoneInfo
 
 from backthink.config import GateSettings, QuietHours
@@ -122,8 +123,12 @@ def disturbance(urgency: Urgency, state: RoundState | None, *, quiet: bool) -> s
     return None
 
 
+@lru_cache(maxsize=1024)
 def normalize_body(text: str) -> str:
-    """A body's identity for duplicate checks: case, width, spaces and punctuation ignored."""
+    """A body's identity for duplicate checks: case, width, spaces and punctuation ignored.
+
+    Cached: every round of an owner compares against the same recent pushes.
+    """
     folded = unicodedata.normalize("NFKC", text).casefold()
     # A body of only emoji or punctuation keeps its own text, so "😊" and "!!!" differ.
     return _SPACE_OR_PUNCT.sub("", folded) or folded.strip()

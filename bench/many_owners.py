@@ -102,7 +102,7 @@ async def _drive(scenario: Scenario, base_url: str, db: Path, state: Path) -> di
         JobSubmissionEvent,
     )
 
-    from backthink.app import open_app
+    from backthink.app import open_app, settle_heap
     from backthink.config import Settings
     from backthink.daemon import Daemon, build_scheduler
     from backthink.models import Outcome
@@ -116,6 +116,7 @@ async def _drive(scenario: Scenario, base_url: str, db: Path, state: Path) -> di
     tally = Tally()
     drained = asyncio.Event()
     async with open_app(settings) as app:
+        settle_heap()  # as `backthink run` does
         daemon = Daemon(app, owners)
 
         async def job(owner: str, trigger: str) -> None:

@@ -58,7 +58,7 @@ async def _measure(
     With `breakdown`, every store and model call is timed and the means printed;
     with `profile`, the measured rounds run under cProfile and its top list is printed.
     """
-    from backthink.app import open_app
+    from backthink.app import open_app, settle_heap
     from backthink.config import Settings
 
     settings = Settings.model_validate(settings_doc(base_url=base_url, db=db, state=state))
@@ -67,6 +67,7 @@ async def _measure(
     calls: dict[str, list[float]] = {}
     profiler = cProfile.Profile() if profile else None
     async with open_app(settings) as app:
+        settle_heap()  # as `backthink run` does
         if breakdown:
             for owner in (app.messages, app.rounds, app.outbox, app.model):
                 _time_calls(owner, calls)

@@ -1,12 +1,19 @@
-"""Database: the async engine plus one worker thread that runs the stores' queries.
+"""Database: the async engine plus the connections that run the stores' queries.
 
 Every store call is a short synchronous SQLAlchemy Core function over one
-connection. For a SQLite file it runs on a dedicated worker thread with its
-own pysqlite connection: one thread hop per call instead of one per driver
-operation, which is what keeps a round's database work at a few milliseconds
-whatever the history size. Other URLs (PostgreSQL, in-memory SQLite, whose
-single connection lives in the async engine) run the same function through
-the async engine's `run_sync`.
+connection. For a SQLite file:
+
+- writes run on a dedicated worker thread with its own pysqlite connection,
+  so a write that waits for another writer's lock (up to the busy timeout)
+  never stalls the event loop;
+- reads run inline on the event loop's thread over a second connection. In
+  WAL mode a reader never waits for a writer, and an indexed read of a few
+  dozen rows costs less than the two thread wake-ups a hop to the worker
+  would. A read that does meet a lock (WAL recovery after a crash, a
+  database that could not switch to WAL) waits at most READ_BUSY_TIMEOUT_MS.
+
+Other URLs (PostgreSQL, in-memory SQLite, whose single connection lives in
+the async engine) run the same functions through the async engine's `run_sync`.
 """
 
 from __future__ import annotations
@@ -17,55 +24,80 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from sqlalchemy import create_engine as create_sync_engine
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backthink.store.engine import is_memory, tune_sqlite
 
 T = TypeVar("T")
 
+READ_BUSY_TIMEOUT_MS = 250
+"""The longest an inline read waits for a lock, in milliseconds: it holds up the event loop."""
+
+
+def _single_connection_engine(url: URL, busy_timeout_ms: int) -> Engine:
+    # One connection per engine: the pool never needs a second one. The reader's
+    # connection is opened and used on the loop's thread, the writer's on the
+    # worker; neither is ever shared, so sqlite3's same-thread check is not needed.
+    engine = create_sync_engine(
+        url.set(drivername="sqlite"),
+        pool_size=1,
+        max_overflow=0,
+        connect_args={"check_same_thread": False},
+    )
+    tune_sqlite(engine, busy_timeout_ms)
+    return engine
+
 
 class Database:
     """One database as the stores see it: `read` and `write` run sync Core functions."""
 
     def __init__(self, engine: AsyncEngine, *, busy_timeout_ms: int) -> None:
-        """Wrap a migrated async engine; a SQLite file also gets its worker thread."""
+        """Wrap a migrated async engine; a SQLite file also gets its reader and writer."""
         self.engine = engine
-        self._sync: Engine | None = None
+        self._reader: Engine | None = None
+        self._writer: Engine | None = None
         self._executor: ThreadPoolExecutor | None = None
         url = engine.url
         if url.get_backend_name() == "sqlite" and not is_memory(url):
-            # One thread, one connection: the pool never needs a second one.
-            self._sync = create_sync_engine(
-                url.set(drivername="sqlite"), pool_size=1, max_overflow=0
+            self._reader = _single_connection_engine(
+                url, min(busy_timeout_ms, READ_BUSY_TIMEOUT_MS)
             )
-            tune_sqlite(self._sync, busy_timeout_ms)
+            self._writer = _single_connection_engine(url, busy_timeout_ms)
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="backthink-db")
 
     async def read(self, fn: Callable[[Connection], T]) -> T:
-        """Run `fn` on a connection, outside any explicit transaction."""
-        return await self._run(fn, transaction=False)
+        """Run `fn` on a connection, outside any explicit transaction.
+
+        Keep `fn` to a few indexed queries: on a SQLite file it runs on the
+        event loop's thread.
+        """
+        if self._reader is not None:
+            with self._reader.connect() as conn:
+                return fn(conn)
+        async with self.engine.connect() as conn:
+            return await conn.run_sync(fn)
 
     async def write(self, fn: Callable[[Connection], T]) -> T:
         """Run `fn` in one transaction: committed when it returns, rolled back when it raises."""
-        return await self._run(fn, transaction=True)
-
-    async def _run(self, fn: Callable[[Connection], T], *, transaction: bool) -> T:
-        if self._sync is not None and self._executor is not None:
-            sync = self._sync
+        if self._writer is not None and self._executor is not None:
+            writer = self._writer
 
             def run() -> T:
-                with sync.begin() if transaction else sync.connect() as conn:
+                with writer.begin() as conn:
                     return fn(conn)
 
             return await asyncio.get_running_loop().run_in_executor(self._executor, run)
-        async with self.engine.begin() if transaction else self.engine.connect() as conn:
+        async with self.engine.begin() as conn:
             return await conn.run_sync(fn)
 
     async def dispose(self) -> None:
         """Close every connection and stop the worker thread."""
-        if self._sync is not None and self._executor is not None:
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._sync.dispose)
+        if self._reader is not None:
+            self._reader.dispose()
+            self._reader = None
+        if self._writer is not None and self._executor is not None:
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._writer.dispose)
             self._executor.shutdown(wait=True)
-            self._sync = None
+            self._writer = None
         await self.engine.dispose()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import builtins
 from datetime import UTC, datetime
 
-from sqlalchemy import insert, update
+from sqlalchemy import bindparam, insert, update
 from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
@@ -15,6 +15,21 @@ from backthink.store.database import Database
 from backthink.store.failures import store_errors
 from backthink.store.messages import _row_values
 from backthink.store.tables import DeliveryRow, MessageRow
+
+# Built once: a delivered round commits one row of each and updates its delivery.
+_INSERT_DELIVERY = insert(DeliveryRow)
+_INSERT_MESSAGE = insert(MessageRow)
+_UPDATE_DELIVERY = (
+    update(DeliveryRow)
+    .where(col(DeliveryRow.id) == bindparam("delivery_id"))
+    .values(
+        status=bindparam("status"),
+        attempts=bindparam("attempts"),
+        next_attempt_at=bindparam("next_attempt_at"),
+        last_error=bindparam("last_error"),
+        updated_at=bindparam("updated_at"),
+    )
+)
 
 
 def _to_row(delivery: Delivery) -> dict[str, object]:
@@ -71,8 +86,8 @@ class SqlOutbox:
         row, message = _to_row(delivery), _row_values(writeback)
 
         def both(conn: Connection) -> None:
-            conn.execute(insert(DeliveryRow), row)
-            conn.execute(insert(MessageRow), message)
+            conn.execute(_INSERT_DELIVERY, row)
+            conn.execute(_INSERT_MESSAGE, message)
 
         with store_errors("could not commit delivery"):
             try:
@@ -113,16 +128,13 @@ class SqlOutbox:
         at: datetime,
     ) -> None:
         """Record the result of a delivery attempt."""
-        statement = (
-            update(DeliveryRow)
-            .where(col(DeliveryRow.id) == delivery_id)
-            .values(
-                status=status.value,
-                attempts=attempts,
-                next_attempt_at=next_attempt_at,
-                last_error=last_error,
-                updated_at=at.astimezone(UTC),
-            )
-        )
+        values = {
+            "delivery_id": delivery_id,
+            "status": status.value,
+            "attempts": attempts,
+            "next_attempt_at": next_attempt_at,
+            "last_error": last_error,
+            "updated_at": at.astimezone(UTC),
+        }
         with store_errors("could not update delivery"):
-            await self._db.write(lambda c: c.execute(statement))
+            await self._db.write(lambda c: c.execute(_UPDATE_DELIVERY, values))

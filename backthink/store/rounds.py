@@ -16,6 +16,8 @@ from backthink.store.database import Database
 from backthink.store.failures import store_errors
 from backthink.store.tables import MarkRow, RoundRow
 
+_INSERT_ROUND = insert(RoundRow)  # built once: a round is saved on every heartbeat
+
 
 def _row_values(record: RoundRecord) -> dict[str, Any]:
     values = dict(record)
@@ -47,7 +49,7 @@ class SqlRoundStore:
         values = _row_values(record)
         # A second save of the same id fails on the primary key, inside the database.
         with store_errors(f"could not save round {record.id!r}"):
-            await self._db.write(lambda c: c.execute(insert(RoundRow), values))
+            await self._db.write(lambda c: c.execute(_INSERT_ROUND, values))
 
     async def get(self, round_id: str) -> RoundRecord | None:
         """Return the round with this id, or None if there is none."""
