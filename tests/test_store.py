@@ -401,7 +401,7 @@ async def _plan(engine: AsyncEngine, query: Executable) -> list[str]:
 
 
 async def test_reading_the_newest_messages_walks_the_index(engine: AsyncEngine) -> None:
-    """The newest-message queries search ix_message_recent: no table scan, no sort."""
+    """The newest-message queries search their index (by session or by role): no scan, no sort."""
     store = SqlMessageStore(Database(engine, busy_timeout_ms=BUSY_TIMEOUT_MS))
     await store.add_many(
         [
@@ -411,18 +411,20 @@ async def test_reading_the_newest_messages_walks_the_index(engine: AsyncEngine) 
     )
     async with engine.begin() as conn:
         await conn.exec_driver_sql("ANALYZE")
+    by_session = "INDEX ix_message_recent (owner_id=? AND session_id=?)"
+    by_role = "INDEX ix_message_role (owner_id=? AND session_id=? AND role=?)"
     queries = {
-        "recent": recent_query("o1", 20),
-        "last of a role": recent_query("o1", 1, role="user"),
-        "channels": channels_query("o1", 50),
+        "recent": (recent_query("o1", 20), by_session),
+        "last of a role": (recent_query("o1", 1, role="user"), by_role),
+        "channels": (channels_query("o1", 50), by_role),
+        "channels of every role": (channels_query("o1", 50, role=None), by_session),
     }
-    for name, query in queries.items():
+    for name, (query, index) in queries.items():
         plan = await _plan(engine, query)
-        assert any(
-            step.startswith("SEARCH message USING")
-            and "INDEX ix_message_recent (owner_id=? AND session_id=?)" in step
-            for step in plan
-        ), (name, plan)
+        assert any(step.startswith("SEARCH message USING") and index in step for step in plan), (
+            name,
+            plan,
+        )
         assert not any("TEMP B-TREE" in step or step.startswith("SCAN") for step in plan), (
             name,
             plan,

@@ -52,6 +52,9 @@ class MessageRow(_Table, table=True):
         # The gate reads the owner's latest proactive messages; without this index
         # that read would walk back through every chat message in between.
         Index("ix_message_origin", "owner_id", "session_id", "origin", "created_at", "id"),
+        # The owner's newest messages (the activity gate, the reply channel) without
+        # walking back through every companion message written since.
+        Index("ix_message_role", "owner_id", "session_id", "role", "created_at", "id"),
         CheckConstraint(_one_of("origin", ORIGINS), name="origin"),
     )
 
