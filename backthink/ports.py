@@ -179,6 +179,11 @@ class Channel(Protocol):
     """One place a message can reach the owner (the web session, a webhook, a chat app)."""
 
     name: str
+    delivered_by_writeback: bool
+    """True when writing the message back into the main session is the delivery itself.
+
+    The round then commits the delivery as sent and calls no `send`.
+    """
 
     @property
     def connected(self) -> bool:

@@ -25,6 +25,7 @@ from backthink.footer import parse_footer, reject_echo, reject_prompt_echo, supp
 from backthink.models import (
     Decision,
     Delivery,
+    DeliveryStatus,
     Message,
     ModelMessage,
     ModelReply,
@@ -325,12 +326,17 @@ class Thinker:
             created_at=at,
         )
         delivered = _Result(Outcome.DELIVERED, channel, decision, reply, channel, notes)
+        # The web channel's delivery is the write-back itself: its row is committed
+        # as sent, in the same transaction, and nothing is left to dispatch.
+        by_writeback = self._channels[channel].delivered_by_writeback
         delivery = Delivery(
             id=this.id,
             owner_id=this.owner_id,
             channel=channel,
             message=outgoing,
-            next_attempt_at=at,
+            status=DeliveryStatus.SENT if by_writeback else DeliveryStatus.PENDING,
+            attempts=1 if by_writeback else 0,
+            next_attempt_at=None if by_writeback else at,
             created_at=at,
             updated_at=at,
             # Kept with the row so a round cut short by a crash is still recorded
@@ -339,6 +345,9 @@ class Thinker:
         )
         if not await self._outbox.commit(delivery, writeback):
             log.debug("round.already_committed")
+            return delivered
+        if by_writeback:
+            log.info("delivery.sent", round_id=this.id, channel=channel, attempt=1)
             return delivered
         sent = await self._dispatcher.send(delivery)
         if not sent.sent:

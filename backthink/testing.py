@@ -129,6 +129,7 @@ class RecordingChannel:
 
     def __init__(self, name: str, *, connected: bool = True) -> None:
         self.name = name
+        self.delivered_by_writeback = False
         self._connected = connected
         self.sent: list[OutgoingMessage] = []
         self.attempts = 0

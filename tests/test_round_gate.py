@@ -322,3 +322,25 @@ async def test_a_body_that_repeats_the_prompt_is_not_delivered() -> None:
     assert (record.outcome, record.reason) == (Outcome.SUPPRESSED, "parse_failed")
     assert "echoed_prompt" in record.notes
     assert await r.messages.proactive("o", 5) == []
+
+
+async def test_a_web_delivery_is_committed_as_sent_with_its_write_back() -> None:
+    """The web channel's delivery is the write-back: one commit, sent, nothing to dispatch."""
+    from backthink.channels.web import WebChannel
+
+    model = ScriptedModel(PUSH)
+    r = make_rig(settings(), model=model, clock=FakeClock(NOON), channels=[WebChannel("web")])
+
+    class NoDispatch:
+        async def send(self, delivery: Delivery) -> None:
+            raise AssertionError("a web delivery was dispatched")
+
+    r.thinker._dispatcher = NoDispatch()  # type: ignore[assignment]
+    record = await r.thinker.run_round("o", "heartbeat")
+    assert (record.outcome, record.reason, record.channel) == (Outcome.DELIVERED, "web", "web")
+    row = await r.outbox.get(record.id)
+    assert row is not None
+    assert (row.status, row.attempts, row.next_attempt_at) == (DeliveryStatus.SENT, 1, None)
+    assert await r.outbox.pending() == []
+    (written,) = await r.messages.proactive("o", 5)
+    assert (written.text, written.channel) == ("组会加油。", "web")

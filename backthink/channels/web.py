@@ -20,6 +20,8 @@ class WebChannel:
             name: the channel's name in the configuration.
         """
         self.name = name
+        # The write-back committed with the outbox row is what the owner reads.
+        self.delivered_by_writeback = True
 
     @property
     def connected(self) -> bool:
