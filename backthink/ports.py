@@ -120,9 +120,13 @@ class RoundStore(Protocol):
 class Outbox(Protocol):
     """Deliveries on their way out. The round id is the idempotency key of each."""
 
-    async def commit(self, delivery: Delivery, writeback: Message) -> bool:
+    async def commit(
+        self, delivery: Delivery, writeback: Message, *, record: RoundRecord | None = None
+    ) -> bool:
         """Store the delivery and write its message back into the main session, atomically.
 
+        `record` is the round's final record when the delivery is already complete
+        (committed as sent): it is saved in the same transaction.
         Returns False, writing nothing, when this delivery id is already stored.
         """
         ...

@@ -76,6 +76,8 @@ class _Result:
     reply: ModelReply | None = None
     channel: str | None = None
     notes: list[str] = field(default_factory=list)
+    # Set when the round's record was already saved with its delivery.
+    recorded: RoundRecord | None = None
 
 
 @dataclass(frozen=True)
@@ -201,9 +203,10 @@ class Thinker:
                     result = _Result(Outcome.FAILED, "internal_error")
                 finally:
                     self._in_flight.discard(owner_id)
-            record = self._record(this, result)
+            record = result.recorded or self._record(this, result)
             try:
-                await self._rounds.save(record)
+                if result.recorded is None:
+                    await self._rounds.save(record)
             except StoreError as exc:
                 log.error("round.record_failed", error=str(exc))
             log.info(
@@ -327,8 +330,10 @@ class Thinker:
         )
         delivered = _Result(Outcome.DELIVERED, channel, decision, reply, channel, notes)
         # The web channel's delivery is the write-back itself: its row is committed
-        # as sent, in the same transaction, and nothing is left to dispatch.
+        # as sent, with the round's final record, in one transaction, and nothing
+        # is left to dispatch.
         by_writeback = self._channels[channel].delivered_by_writeback
+        final = self._record(this, delivered) if by_writeback else None
         delivery = Delivery(
             id=this.id,
             owner_id=this.owner_id,
@@ -339,15 +344,16 @@ class Thinker:
             next_attempt_at=None if by_writeback else at,
             created_at=at,
             updated_at=at,
-            # Kept with the row so a round cut short by a crash is still recorded
-            # once the daemon resumes the delivery.
-            round_record=self._record(this, delivered),
+            # Kept with a pending row so a round cut short by a crash is still
+            # recorded once the daemon resumes the delivery.
+            round_record=None if by_writeback else self._record(this, delivered),
         )
-        if not await self._outbox.commit(delivery, writeback):
+        if not await self._outbox.commit(delivery, writeback, record=final):
             log.debug("round.already_committed")
             return delivered
-        if by_writeback:
+        if final is not None:
             log.info("delivery.sent", round_id=this.id, channel=channel, attempt=1)
+            delivered.recorded = final
             return delivered
         sent = await self._dispatcher.send(delivery)
         if not sent.sent:

@@ -188,7 +188,7 @@ def make_rig(
     state = state or StaticState()
     messages = messages if messages is not None else MemoryMessageStore()
     rounds = MemoryRoundStore()
-    outbox = MemoryOutbox(messages)
+    outbox = MemoryOutbox(messages, rounds)
     by_name: dict[str, Channel] = {
         c.name: c for c in (channels if channels is not None else [RecordingChannel("web")])
     }

@@ -194,13 +194,14 @@ async def _two_heartbeats(base_url: str, work: Path) -> list[int | None]:
                 created_at=start + timedelta(minutes=5 * i),
             )
         )
-    outbox = MemoryOutbox(messages)
+    rounds = MemoryRoundStore()
+    outbox = MemoryOutbox(messages, rounds)
     channels = {"web": WebChannel("web")}
     model = OpenAIModelClient(settings.model)
     thinker = Thinker(
         settings,
         messages=messages,
-        rounds=MemoryRoundStore(),
+        rounds=rounds,
         outbox=outbox,
         channels=channels,
         dispatcher=Dispatcher(outbox, channels, clock),

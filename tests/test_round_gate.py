@@ -298,7 +298,9 @@ async def test_resume_sends_pending_and_records_the_round() -> None:
 class LockedOutbox:
     """An outbox whose commit fails like a locked database."""
 
-    async def commit(self, delivery: Delivery, writeback: Message) -> bool:
+    async def commit(
+        self, delivery: Delivery, writeback: Message, *, record: RoundRecord | None = None
+    ) -> bool:
         from backthink.errors import StoreError
 
         raise StoreError("could not commit delivery: database is locked")
@@ -344,3 +346,5 @@ async def test_a_web_delivery_is_committed_as_sent_with_its_write_back() -> None
     assert await r.outbox.pending() == []
     (written,) = await r.messages.proactive("o", 5)
     assert (written.text, written.channel) == ("组会加油。", "web")
+    # The round was recorded in the same commit, once.
+    assert await r.rounds.list() == [record]

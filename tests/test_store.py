@@ -307,6 +307,49 @@ async def test_owner_activity_reads_owner_channels_and_pushes(messages: AnyMessa
         await messages.owner_activity("ana", messages=-1, pushes=5)
 
 
+@pytest.mark.parametrize("kind", ["sql", "memory"])
+async def test_a_completed_delivery_commits_with_its_round_record(kind: str, db_path: Path) -> None:
+    """commit(record=...) stores delivery, write-back and round together, or none of them."""
+    from backthink.models import Delivery, DeliveryStatus, OutgoingMessage
+    from backthink.store import MemoryOutbox, SqlOutbox
+
+    if kind == "sql":
+        db, messages, rounds = await open_store(f"sqlite+aiosqlite:///{db_path}")
+        outbox: SqlOutbox | MemoryOutbox = SqlOutbox(db)
+    else:
+        messages, rounds = MemoryMessageStore(), MemoryRoundStore()
+        outbox = MemoryOutbox(messages, rounds)
+
+    def delivery(round_id: str) -> Delivery:
+        message = OutgoingMessage(
+            round_id=round_id, owner_id="ana", persona_id="p", text="hi", created_at=T0
+        )
+        return Delivery(
+            id=round_id,
+            owner_id="ana",
+            channel="web",
+            message=message,
+            status=DeliveryStatus.SENT,
+            attempts=1,
+            created_at=T0,
+            updated_at=T0,
+        )
+
+    writeback = msg("hi", role="assistant", origin="proactive", channel="web")
+    done = record("r1", outcome=Outcome.DELIVERED, reason="web", channel="web")
+    assert await outbox.commit(delivery("r1"), writeback, record=done)
+    assert await rounds.get("r1") == done
+    assert texts(await messages.proactive("ana", 5)) == ["hi"]
+    # A write-back the database refuses leaves no delivery and no round behind.
+    broken = Message.model_construct(**{**dict(writeback), "text": None})
+    with pytest.raises(StoreError):
+        await outbox.commit(delivery("r2"), broken, record=record("r2"))
+    assert await outbox.get("r2") is None
+    assert await rounds.get("r2") is None
+    if kind == "sql":
+        await db.dispose()
+
+
 # The RoundStore contract.
 
 

@@ -207,18 +207,25 @@ class MemoryRoundStore:
 class MemoryOutbox:
     """An outbox in a dict, writing back into a MemoryMessageStore atomically."""
 
-    def __init__(self, messages: MemoryMessageStore) -> None:
-        """Write back into `messages`."""
+    def __init__(self, messages: MemoryMessageStore, rounds: MemoryRoundStore) -> None:
+        """Write back into `messages`; records of completed deliveries go to `rounds`."""
         self._messages = messages
+        self._rounds = rounds
         self._rows: dict[str, Delivery] = {}
 
-    async def commit(self, delivery: Delivery, writeback: Message) -> bool:
-        """Store the row and the write-back message together; False if the id exists."""
+    async def commit(
+        self, delivery: Delivery, writeback: Message, *, record: RoundRecord | None = None
+    ) -> bool:
+        """Store the row, the write-back message and `record` together; False if the id exists."""
         if delivery.id in self._rows:
             return False
+        if record is not None and await self._rounds.get(record.id) is not None:
+            raise StoreError(f"could not commit delivery: round {record.id!r} is already stored")
         # _store validates before keeping anything, so a bad message keeps no row either.
         self._messages._store([writeback])
         self._rows[delivery.id] = delivery
+        if record is not None:
+            await self._rounds.save(record)
         return True
 
     async def get(self, delivery_id: str) -> Delivery | None:

@@ -97,7 +97,7 @@ def _check_limit(limit: int) -> None:
         raise ValueError(f"limit must not be negative, got {limit}")
 
 
-def _row_values(message: Message) -> dict[str, Any]:
+def message_values(message: Message) -> dict[str, Any]:
     """Column values of a message; a missing id is left to the database."""
     # dict(model) reads the fields without serializing them, so even a model
     # built without validation reaches the database's own constraints.
@@ -136,7 +136,7 @@ class SqlMessageStore:
             StoreError: the database failed, or the id is already taken.
         """
         statement = insert(MessageRow).returning(col(MessageRow.id))
-        values = _row_values(message)
+        values = message_values(message)
         with store_errors("could not store message"):
             new_id = await self._db.write(lambda c: c.execute(statement, values).scalar_one())
         return message.model_copy(
@@ -152,7 +152,7 @@ class SqlMessageStore:
         """
         if not messages:
             return 0
-        rows = [_row_values(message) for message in messages]
+        rows = [message_values(message) for message in messages]
         # An executemany compiles one statement from the first row's keys, so rows
         # that bring their own id are inserted by a statement of their own.
         batches = [

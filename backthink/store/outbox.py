@@ -13,7 +13,8 @@ from sqlmodel import col, select
 from backthink.models import Delivery, DeliveryStatus, Message, OutgoingMessage, RoundRecord
 from backthink.store.database import Database
 from backthink.store.failures import store_errors
-from backthink.store.messages import _row_values
+from backthink.store.messages import message_values
+from backthink.store.rounds import INSERT_ROUND, round_values
 from backthink.store.tables import DeliveryRow, MessageRow
 
 # Built once: a delivered round commits one row of each and updates its delivery.
@@ -73,21 +74,29 @@ class SqlOutbox:
         """Use `db`, which must already be migrated."""
         self._db = db
 
-    async def commit(self, delivery: Delivery, writeback: Message) -> bool:
-        """Store the outbox row and the write-back message in ONE transaction.
+    async def commit(
+        self, delivery: Delivery, writeback: Message, *, record: RoundRecord | None = None
+    ) -> bool:
+        """Store the outbox row and the write-back message (and `record`) in ONE transaction.
+
+        `record` is the round's final record, given when the delivery is committed
+        already sent (the web channel): the round is then recorded with it.
 
         Returns:
             False when a delivery with this id already exists ("already done":
             nothing is written a second time).
 
         Raises:
-            StoreError: the database failed; then neither row is stored.
+            StoreError: the database failed; then none of the rows is stored.
         """
-        row, message = _to_row(delivery), _row_values(writeback)
+        row, message = _to_row(delivery), message_values(writeback)
+        finished = None if record is None else round_values(record)
 
         def both(conn: Connection) -> None:
             conn.execute(_INSERT_DELIVERY, row)
             conn.execute(_INSERT_MESSAGE, message)
+            if finished is not None:
+                conn.execute(INSERT_ROUND, finished)
 
         with store_errors("could not commit delivery"):
             try:

@@ -16,10 +16,10 @@ from backthink.store.database import Database
 from backthink.store.failures import store_errors
 from backthink.store.tables import MarkRow, RoundRow
 
-_INSERT_ROUND = insert(RoundRow)  # built once: a round is saved on every heartbeat
+INSERT_ROUND = insert(RoundRow)  # built once: a round is saved on every heartbeat
 
 
-def _row_values(record: RoundRecord) -> dict[str, Any]:
+def round_values(record: RoundRecord) -> dict[str, Any]:
     values = dict(record)
     values["outcome"] = record.outcome.value
     values["urgency"] = record.urgency.value if record.urgency is not None else None
@@ -46,10 +46,10 @@ class SqlRoundStore:
         Raises:
             StoreError: the database failed, or a round with this id is already stored.
         """
-        values = _row_values(record)
+        values = round_values(record)
         # A second save of the same id fails on the primary key, inside the database.
         with store_errors(f"could not save round {record.id!r}"):
-            await self._db.write(lambda c: c.execute(_INSERT_ROUND, values))
+            await self._db.write(lambda c: c.execute(INSERT_ROUND, values))
 
     async def get(self, round_id: str) -> RoundRecord | None:
         """Return the round with this id, or None if there is none."""
