@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import threading
 import time
@@ -515,13 +516,88 @@ async def test_migrating_twice_changes_nothing(engine: AsyncEngine) -> None:
     assert revision == ScriptDirectory.from_config(alembic_config()).get_current_head()
 
 
-async def test_migrations_build_exactly_the_tables(engine: AsyncEngine) -> None:
-    """The migrated schema has no differences from the SQLModel metadata (types included)."""
+def _upgrade_by_revisions(conn: Connection) -> None:
+    """Build the schema the long way: every alembic revision in turn."""
+    from alembic import command
+
+    command.upgrade(alembic_config(conn), "head")
+
+
+def _fingerprint(conn: Connection) -> dict[str, Any]:
+    """Columns, indexes and named constraints of every table, independent of column order."""
+    out: dict[str, Any] = {}
+    tables = conn.exec_driver_sql(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'table' ORDER BY name"
+    ).all()
+    for name, sql in tables:
+        columns = conn.exec_driver_sql(f"PRAGMA table_info('{name}')").all()
+        indexes = {
+            str(index[1]): [
+                str(col[2]) for col in conn.exec_driver_sql(f"PRAGMA index_info('{index[1]}')")
+            ]
+            for index in conn.exec_driver_sql(f"PRAGMA index_list('{name}')").all()
+        }
+        out[str(name)] = {
+            "columns": sorted((str(c[1]), str(c[2]), c[3], c[4], c[5]) for c in columns),
+            "indexes": indexes,
+            "constraints": sorted(re.findall(r"CONSTRAINT (\w+)", str(sql))),
+        }
+    return out
+
+
+async def test_a_new_database_gets_the_schema_the_revisions_build(
+    db_path: Path, tmp_path: Path
+) -> None:
+    """A new database is created from the metadata: the same schema, stamped at head."""
+    by_revisions = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'revisions.db'}")
+    fresh = create_engine(f"sqlite+aiosqlite:///{db_path}")
+    try:
+        async with by_revisions.begin() as conn:
+            await conn.run_sync(_upgrade_by_revisions)
+        await migrate(fresh)
+        async with by_revisions.connect() as a, fresh.connect() as b:
+            expected, got = await a.run_sync(_fingerprint), await b.run_sync(_fingerprint)
+            assert await b.run_sync(_revision) == await a.run_sync(_revision)
+        assert set(got) == {"alembic_version", "delivery", "mark", "message", "round"}
+        assert got == expected
+        assert "ck_message_origin" in got["message"]["constraints"]
+    finally:
+        await by_revisions.dispose()
+        await fresh.dispose()
+
+
+def test_a_new_or_current_database_opens_without_alembic(db_path: Path) -> None:
+    """Neither creating a database nor reopening a current one imports alembic (start-up time)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import asyncio, sys\n"
+        "from backthink.store import open_store\n"
+        "async def main():\n"
+        f"    db, _, _ = await open_store('sqlite+aiosqlite:///{db_path}')\n"
+        "    await db.dispose()\n"
+        "asyncio.run(main())\n"
+        "print('alembic' in sys.modules)\n"
+    )
+    for _ in ("new", "current"):
+        out = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, check=True
+        )
+        assert out.stdout.strip() == "False", out.stderr
+    assert db_path.exists()
+
+
+async def test_migrations_build_exactly_the_tables(tmp_path: Path) -> None:
+    """The schema the revisions build has no differences from the SQLModel metadata."""
 
     def diff(conn: Connection, target: MetaData) -> list[Any]:
         context = MigrationContext.configure(conn, opts={"compare_type": True})
         return list(compare_metadata(context, target))
 
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'revisions.db'}")
+    async with engine.begin() as conn:
+        await conn.run_sync(_upgrade_by_revisions)
     async with engine.connect() as conn:
         assert await conn.run_sync(diff, metadata) == []
         # The comparison itself must be able to see a difference.
@@ -530,6 +606,7 @@ async def test_migrations_build_exactly_the_tables(engine: AsyncEngine) -> None:
             table.to_metadata(wider)
         Table("extra", wider, Column("id", Integer, primary_key=True))
         assert [change[0] for change in await conn.run_sync(diff, wider)] == ["add_table"]
+    await engine.dispose()
 
 
 @pytest.mark.timeout(20)

@@ -1,7 +1,9 @@
 """Schema migrations: alembic, run in-process on the engine's own connection.
 
-Alembic is imported only when the schema is not current: a daemon that
-restarts on an up-to-date database reads one row and starts.
+Alembic is imported only when an existing schema is behind: a daemon that
+restarts on an up-to-date database reads one row and starts, and a new
+database gets the current tables straight from the metadata, stamped with
+the head revision (a test keeps that schema identical to the migrated one).
 """
 
 from __future__ import annotations
@@ -9,13 +11,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sqlalchemy import text
+from sqlalchemy import Column, MetaData, PrimaryKeyConstraint, String, Table, inspect, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backthink.errors import StoreError
 from backthink.store.failures import describe, store_errors
+from backthink.store.tables import metadata
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -25,6 +28,8 @@ SCRIPT_LOCATION = Path(__file__).with_name("migrations")
 
 HEAD_REVISION = "0004"
 """The newest revision under migrations/versions; a test keeps the two in step."""
+
+VERSION_TABLE = "alembic_version"
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
@@ -54,9 +59,31 @@ def _upgrade(connection: Connection) -> None:
         raise StoreError(f"could not migrate the database: {describe(exc)}") from None
 
 
+def _create_current(connection: Connection) -> bool:
+    """Create the newest schema in a database that has none of backthink's tables yet.
+
+    Returns:
+        False, creating nothing, when any of the tables already exists.
+    """
+    existing = set(inspect(connection).get_table_names())
+    if existing & ({VERSION_TABLE} | set(metadata.tables)):
+        return False
+    metadata.create_all(connection)
+    # The same table alembic keeps, so later revisions upgrade from here.
+    version = Table(
+        VERSION_TABLE,
+        MetaData(),
+        Column("version_num", String(32), nullable=False),
+        PrimaryKeyConstraint("version_num", name="alembic_version_pkc"),
+    )
+    version.create(connection)
+    connection.execute(version.insert().values(version_num=HEAD_REVISION))
+    return True
+
+
 def _current(connection: Connection) -> str | None:
     try:
-        row = connection.execute(text("SELECT version_num FROM alembic_version")).first()
+        row = connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).first()
     except SQLAlchemyError:
         return None  # a new database has no version table yet
     return None if row is None else str(row[0])
@@ -76,4 +103,5 @@ async def migrate(engine: AsyncEngine) -> None:
             if await conn.run_sync(_current) == HEAD_REVISION:
                 return
         async with engine.begin() as conn:
-            await conn.run_sync(_upgrade)
+            if not await conn.run_sync(_create_current):
+                await conn.run_sync(_upgrade)
