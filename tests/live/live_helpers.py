@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
-from backthink.footer import parse_footer
+from backthink.footer import ECHOED_FOOTER, ECHOED_PROMPT, parse_footer
 from backthink.models import Message, RoundRecord, Urgency
 from backthink.store import open_store
 
@@ -56,6 +56,9 @@ REASONS: Final[dict[str, frozenset[str]]] = {
     ),
 }
 CHANNELS: Final = ("web",)
+# Notes of a push the round refused after parsing: its body echoed the prompt or a
+# footer from a user message.
+ECHO_REFUSALS: Final = frozenset({ECHOED_PROMPT, ECHOED_FOOTER})
 
 # Written independently of backthink.footer on purpose: the invariants are checked
 # against what the model literally wrote, not against the parser's own reading of it.
@@ -363,10 +366,17 @@ def _reply_invariants(raw: str, record: RoundRecord, delivered: str | None) -> l
         problems.append(f"urgency {urgency.value} without a token for it")
     if record.push and not pushes_written(raw):
         problems.append("push recorded without a push token in the reply")
-    # Re-reading the reply gives the recorded decision: nothing else went into it.
+    # Re-reading the reply gives the recorded decision: nothing else went into it,
+    # except that a push whose body repeats a prompt line or a footer from a user
+    # message is refused (recorded as no push, the refusal noted).
     again = parse_footer(raw)
     recorded = (record.push, record.urgency, record.decided_channel, record.body or "")
-    if recorded != (again.push, again.urgency, again.channel, again.body):
+    refused = (
+        again.push
+        and recorded == (False, Urgency.ROUTINE, None, "")
+        and bool(ECHO_REFUSALS & set(record.notes))
+    )
+    if recorded != (again.push, again.urgency, again.channel, again.body) and not refused:
         problems.append("the recorded decision differs from parse_footer(raw_reply)")
     if delivered is None:
         return problems
