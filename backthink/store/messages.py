@@ -233,8 +233,8 @@ class SqlMessageStore:
     ) -> SessionView:
         """Return the last `limit` messages (oldest first) and when the owner last wrote.
 
-        One trip to the database. The owner's last message is usually among the
-        recent ones; only when it is not does a second query on the index look further.
+        One read. The owner's last message is usually among the recent ones; only
+        when it is not does a second query, on `ix_message_role`, look further.
         """
         _check_limit(limit)
         recent_params = _params(owner_id, limit, session_id)
@@ -258,7 +258,7 @@ class SqlMessageStore:
     ) -> OwnerActivity:
         """Return the owner's newest `messages` (channel, time) and the newest `pushes`.
 
-        Both newest first, read in one trip to the database.
+        Both newest first, in one read.
         """
         _check_limit(messages)
         _check_limit(pushes)
