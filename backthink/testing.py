@@ -6,7 +6,9 @@ them behaves exactly like a production round minus the I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -31,6 +33,7 @@ __all__ = [
     "ScriptedModel",
     "StaticState",
     "make_rig",
+    "run_cli",
 ]
 
 
@@ -207,3 +210,34 @@ def make_rig(
         persona_prompt=persona_prompt,
     )
     return Rig(thinker, messages, rounds, outbox, by_name, dispatcher, clock, state)
+
+
+def run_cli(
+    config: Path,
+    *args: str,
+    cwd: Path,
+    env: Mapping[str, str],
+    timeout_s: float,
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
+    """Run `backthink --config CONFIG ARGS` as a real process and capture its output.
+
+    Raises:
+        AssertionError: `check` is set and the command exited non-zero; the
+            message carries the command, its exit code and both streams.
+    """
+    proc = subprocess.run(
+        [sys.executable, "-m", "backthink", "--config", str(config), *args],
+        cwd=cwd,
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"backthink {' '.join(args)}: exit {proc.returncode}\n"
+            f"stdout: {proc.stdout}\nstderr: {proc.stderr}"
+        )
+    return proc

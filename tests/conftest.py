@@ -19,6 +19,8 @@ import pytest
 from fake_openai import FakeOpenAI
 from webhook_receiver import WebhookReceiver
 
+from backthink.testing import run_cli
+
 ROOT = Path(__file__).resolve().parent.parent
 CLI_TIMEOUT_S = 60  # seconds for one command-line run
 
@@ -80,20 +82,9 @@ file = "{self.path / "state.json"}"
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run `backthink --config <file> ARGS` as a real process."""
-        proc = subprocess.run(
-            [sys.executable, "-m", "backthink", "--config", str(self.config), *args],
-            cwd=self.path,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=CLI_TIMEOUT_S,
-            check=False,
+        return run_cli(
+            self.config, *args, cwd=self.path, env=self.env, timeout_s=CLI_TIMEOUT_S, check=check
         )
-        if check and proc.returncode != 0:
-            raise AssertionError(
-                f"exit {proc.returncode}\nstdout:{proc.stdout}\nstderr:{proc.stderr}"
-            )
-        return proc
 
     def think_json(self, *args: str) -> dict[str, object]:
         proc = self.cli("think", "--json", *args)

@@ -7,7 +7,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Any, Final
 from backthink.footer import ECHOED_FOOTER, ECHOED_PROMPT, parse_footer
 from backthink.models import Message, RoundRecord, Urgency
 from backthink.store import open_store
+from backthink.testing import run_cli
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 BASE_URL_ENV: Final = "BACKTHINK_LIVE_BASE_URL"
@@ -177,21 +177,9 @@ max_unanswered = 100000
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run `backthink --config <file> ARGS` as a real process."""
-        proc = subprocess.run(
-            [sys.executable, "-m", "backthink", "--config", str(self.config), *args],
-            cwd=self.path,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=CLI_TIMEOUT_S,
-            check=False,
+        return run_cli(
+            self.config, *args, cwd=self.path, env=self.env, timeout_s=CLI_TIMEOUT_S, check=check
         )
-        if check and proc.returncode != 0:
-            raise AssertionError(
-                f"backthink {' '.join(args)}: exit {proc.returncode}\n"
-                f"stdout: {proc.stdout}\nstderr: {proc.stderr}"
-            )
-        return proc
 
     def seed(self, *, now: datetime | None = None) -> None:
         """Import the language's recent conversation through `messages import`."""
