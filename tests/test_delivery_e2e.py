@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 
-from conftest import Workdir
+from conftest import DaemonProcess, Workdir
 from fake_openai import FakeOpenAI
 from webhook_receiver import WebhookReceiver
 
@@ -116,20 +116,12 @@ def test_kill_mid_send_then_restart_sends_once(
     assert workdir.cli("rounds").stdout.strip() == "no rounds yet"
 
     env = dict(workdir.env, BACKTHINK_SCHEDULE__STARTUP_GREETING="false")
-    daemon = subprocess.Popen(
-        [sys.executable, "-m", "backthink", "--config", str(workdir.config), "run"],
-        cwd=workdir.path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    daemon = DaemonProcess(workdir, env)
     try:
         receiver.wait_for(2, timeout_s=30)
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        out, _ = daemon.communicate(timeout=30)
-    assert daemon.returncode == 0, out
+        exit_code = daemon.stop()
+    assert exit_code == 0, "".join(daemon.raw)
     assert len(receiver.received) == 2
     assert receiver.unique_keys() == {key}
     assert receiver.received[1].body == first.body
