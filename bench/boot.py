@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sqlite3
@@ -26,6 +25,7 @@ from common import (
     clean_environ,
     exit_on_sigterm,
     fresh_dir,
+    group_parser,
     print_figures,
     settings_doc,
     stop_process,
@@ -223,10 +223,7 @@ def run(*, quick: bool, rebuild: bool) -> list[Figure]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print its figures."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="fewer boots")
-    parser.add_argument("--rebuild", action="store_true", help="accepted for symmetry; no cache")
-    parser.add_argument("--results", type=Path, help="write the figures here as JSON")
+    parser = group_parser(__doc__, quick="fewer boots", rebuild="accepted for symmetry; no cache")
     args = parser.parse_args(argv)
     exit_on_sigterm()
     figures = run(quick=args.quick, rebuild=args.rebuild)

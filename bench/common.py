@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -87,6 +88,21 @@ def write_figures(path: Path | None, figures: Sequence[Figure]) -> None:
     """Write figures as JSON for bench/run_all.py; nothing when no path was given."""
     if path is not None:
         path.write_text(json.dumps([asdict(f) for f in figures], ensure_ascii=False), "utf-8")
+
+
+def group_parser(description: str | None, *, quick: str, rebuild: str) -> argparse.ArgumentParser:
+    """The options `run_all.py` passes to every group (--quick, --rebuild, --results).
+
+    Args:
+        description: the group's docstring.
+        quick: what --quick does in this group.
+        rebuild: what --rebuild does in this group.
+    """
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--rebuild", action="store_true", help=rebuild)
+    parser.add_argument("--results", type=Path, help="write the figures here as JSON")
+    return parser
 
 
 def read_figures(path: Path) -> list[Figure]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import socket
 import subprocess
@@ -26,6 +25,7 @@ from common import (
     cpu_seconds,
     exit_on_sigterm,
     fresh_dir,
+    group_parser,
     print_figures,
     push_reply,
     rss_kb,
@@ -197,10 +197,11 @@ def run(*, quick: bool, rebuild: bool, pokes: int | None = None) -> list[Figure]
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print its figures."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="fewer pokes, a shorter idle window")
-    parser.add_argument("--rebuild", action="store_true", help="accepted for symmetry; no cache")
-    parser.add_argument("--results", type=Path, help="write the figures here as JSON")
+    parser = group_parser(
+        __doc__,
+        quick="fewer pokes, a shorter idle window",
+        rebuild="accepted for symmetry; no cache",
+    )
     parser.add_argument("--pokes", type=int, help=f"measured pokes (default {POKES:,})")
     args = parser.parse_args(argv)
     exit_on_sigterm()

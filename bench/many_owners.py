@@ -26,6 +26,7 @@ from common import (
     clean_environ,
     cpu_seconds,
     exit_on_sigterm,
+    group_parser,
     history_db,
     percentile,
     print_figures,
@@ -324,10 +325,9 @@ def run(*, quick: bool, rebuild: bool) -> list[Figure]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print its figures."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="1k owners only, a shorter window")
-    parser.add_argument("--rebuild", action="store_true", help="rebuild the cached databases")
-    parser.add_argument("--results", type=Path, help="write the figures here as JSON")
+    parser = group_parser(
+        __doc__, quick="1k owners only, a shorter window", rebuild="rebuild the cached databases"
+    )
     parser.add_argument("--scenario", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     exit_on_sigterm()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import cProfile
 import inspect
@@ -23,6 +22,7 @@ from common import (
     Figure,
     clean_environ,
     exit_on_sigterm,
+    group_parser,
     history_db,
     percentile,
     print_figures,
@@ -183,10 +183,9 @@ def run(
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print its figures."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="smaller histories, fewer rounds")
-    parser.add_argument("--rebuild", action="store_true", help="rebuild the cached databases")
-    parser.add_argument("--results", type=Path, help="write the figures here as JSON")
+    parser = group_parser(
+        __doc__, quick="smaller histories, fewer rounds", rebuild="rebuild the cached databases"
+    )
     parser.add_argument(
         "--breakdown", action="store_true", help="time each store and model call (largest size)"
     )
