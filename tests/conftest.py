@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -22,6 +22,9 @@ from webhook_receiver import WebhookReceiver
 from backthink.testing import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
+# The gate every command-line test starts from: no quiet hours, so the hour of the run
+# never decides an outcome. Tests that exercise quiet hours set them relative to now.
+OPEN_GATE: dict[str, object] = {"quiet_hours": ""}
 CLI_TIMEOUT_S = 60  # seconds for one command-line run
 
 
@@ -50,8 +53,16 @@ class Workdir:
     def config(self) -> Path:
         return self.path / "backthink.toml"
 
-    def write_config(self, extra: str = "") -> None:
-        """Write the config file: the shipped prompts, a fresh database, plus `extra`."""
+    def write_config(self, extra: str = "", *, gate: Mapping[str, object] | None = None) -> None:
+        """Write the config: the shipped prompts, a fresh database, a stated gate, plus `extra`.
+
+        The gate is always written out: quiet hours are off unless `gate` turns them on, so
+        no test's outcome depends on the hour at which the suite runs. `extra` holds the
+        other sections; a `[gate]` table belongs in `gate`, not in `extra`.
+        """
+        gate_lines = "\n".join(
+            f"{key} = {json.dumps(value)}" for key, value in {**OPEN_GATE, **(gate or {})}.items()
+        )
         self.config.write_text(
             f"""
 [owner]
@@ -72,13 +83,26 @@ dir = "{ROOT / "config/prompts"}"
 
 [state]
 file = "{self.path / "state.json"}"
+
+[gate]
+{gate_lines}
 {extra}
 """,
             encoding="utf-8",
         )
 
     def write_state(self, doc: dict[str, object]) -> None:
-        (self.path / "state.json").write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+        """Write the state file, stamped with this process's clock.
+
+        The kernel dates the file by the real clock, which differs from the clock the
+        suite runs under when that one is moved (libfaketime in CI); a state file without
+        `updated_at` is dated by its mtime, so the mtime is set from the same clock the
+        commands will read.
+        """
+        path = self.path / "state.json"
+        path.write_text(json.dumps(doc, ensure_ascii=False), encoding="utf-8")
+        now = time.time()
+        os.utime(path, (now, now))
 
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run `backthink --config <file> ARGS` as a real process."""
@@ -177,7 +201,7 @@ class DaemonProcess:
 @pytest.fixture
 def daemon_env(workdir: Workdir) -> dict[str, str]:
     """Environment for a fast daemon: 1 s heartbeats, no jitter, no quiet hours."""
-    workdir.write_config('[gate]\nquiet_hours = ""\ndefault_channel = "web"\nmin_interval = "0s"\n')
+    workdir.write_config(gate={"default_channel": "web", "min_interval": "0s"})
     return dict(
         workdir.env,
         BACKTHINK_SCHEDULE__HEARTBEAT="1s",

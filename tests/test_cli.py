@@ -176,7 +176,7 @@ def test_import_is_all_or_nothing(workdir: Workdir) -> None:
 
 def test_bad_config_exits_2(workdir: Workdir) -> None:
     """A wrong key exits 2 with one line naming it."""
-    workdir.write_config("[gate]\ndaily_kap = 3\n")
+    workdir.write_config(gate={"daily_kap": 3})
     proc = workdir.cli("rounds", check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"backthink: {workdir.config}: gate.daily_kap: unknown key"

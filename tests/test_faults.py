@@ -260,10 +260,6 @@ def test_secrets_never_leave(
     """API key, webhook secret and apprise token appear in no log, record or JSON output."""
     workdir.write_config(
         f"""
-[gate]
-quiet_hours = ""
-default_channel = "hook"
-
 [channels.hook]
 type = "webhook"
 url = "{receiver.url_for("/hook")}"
@@ -272,7 +268,8 @@ secret = "{HOOK_SECRET}"
 [channels.tg]
 type = "apprise"
 url = "tgram://{APPRISE_TOKEN}/12345"
-"""
+""",
+        gate={"default_channel": "hook"},
     )
     env = dict(daemon_env, BACKTHINK_SCHEDULE__HEARTBEAT="1h")
     receiver.script(500)
