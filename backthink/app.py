@@ -1,24 +1,44 @@
-"""Wiring: settings -> stores, state provider, model client, thinker."""
+"""The composition root: settings (plus optional overrides) -> the whole object graph.
+
+`build_app` wires every part from already-open resources and is the one place
+that knows how the parts fit; the daemon, the command line, the checks, the
+test rigs and the benchmarks all get their `App` from it. `open_app` opens the
+resources a real process needs (the database, the model client) on one
+`AsyncExitStack` and closes them in reverse order.
+"""
 
 from __future__ import annotations
 
 import gc
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Final
 
 from backthink.channels import build_channels
-from backthink.config import Settings
-from backthink.delivery import Dispatcher
+from backthink.config import Settings, WebChannelSettings
+from backthink.delivery import Dispatcher, Sleep
 from backthink.errors import ConfigError, ModelNotConfiguredError
-from backthink.model_client import OpenAIModelClient
-from backthink.ports import Channel
+from backthink.ports import (
+    Channel,
+    Clock,
+    MessageStore,
+    ModelClient,
+    Outbox,
+    RoundStore,
+    StateProvider,
+)
 from backthink.prompts import PromptBook
+from backthink.record import Recorder
+from backthink.request import RequestBuilder
 from backthink.round import Thinker
 from backthink.state import FileStateProvider
-from backthink.store import Database, SqlMessageStore, SqlOutbox, SqlRoundStore, open_store
+from backthink.store import MemoryMessageStore, MemoryOutbox, MemoryRoundStore, open_database
+
+if TYPE_CHECKING:
+    from backthink.model_client import OpenAIModelClient
 
 
 class SystemClock:
@@ -33,6 +53,13 @@ MODEL_MISSING_HINT = (
     "no model endpoint configured: set model.base_url in the config file "
     "or BACKTHINK_MODEL__BASE_URL (and model.api_key or OPENAI_API_KEY)"
 )
+
+
+class _FromSettings:
+    """Marks an override left out: the part is built from the settings."""
+
+
+FROM_SETTINGS: Final = _FromSettings()
 
 
 def read_persona_prompt(settings: Settings) -> str:
@@ -73,53 +100,124 @@ class App:
     """Everything one process needs to run rounds."""
 
     settings: Settings
-    db: Database
-    messages: SqlMessageStore
-    rounds: SqlRoundStore
-    outbox: SqlOutbox
-    channels: dict[str, Channel]
+    clock: Clock
+    messages: MessageStore
+    rounds: RoundStore
+    outbox: Outbox
+    model: ModelClient | None
     dispatcher: Dispatcher
-    model: OpenAIModelClient | None
     thinker: Thinker
-    clock: SystemClock
 
 
-@asynccontextmanager
-async def open_app(settings: Settings) -> AsyncIterator[App]:
-    """Open the database (migrating it), build the model client and the thinker."""
-    prompts = PromptBook.load(settings.prompt.dir, settings.prompt.language)
-    persona_prompt = read_persona_prompt(settings)
-    channels = build_channels(settings.channels)
-    db, messages, rounds = await open_store(
-        settings.database.url, busy_timeout_ms=settings.database.busy_timeout_ms
+def session_channel(settings: Settings, senders: Mapping[str, Channel]) -> str | None:
+    """The main session's own channel: the first configured channel of type web.
+
+    A channel given as a sender override is a sender, whatever its settings say.
+    """
+    return next(
+        (
+            name
+            for name, channel in settings.channels.items()
+            if isinstance(channel, WebChannelSettings) and name not in senders
+        ),
+        None,
     )
-    outbox = SqlOutbox(db)
-    model: OpenAIModelClient | None
-    try:
-        model = OpenAIModelClient(settings.model)
-    except ModelNotConfiguredError:
-        model = None
-    clock = SystemClock()
-    dispatcher = Dispatcher(outbox, channels, clock)
+
+
+def build_app(
+    settings: Settings,
+    *,
+    messages: MessageStore | None = None,
+    rounds: RoundStore | None = None,
+    outbox: Outbox | None = None,
+    model: ModelClient | _FromSettings | None = FROM_SETTINGS,
+    clock: Clock | None = None,
+    state: StateProvider | None = None,
+    channels: Mapping[str, Channel] | None = None,
+    prompts_dir: Path | None = None,
+    persona_prompt: str | None = None,
+    sleep: Sleep | None = None,
+) -> App:
+    """Wire the whole object graph; every part not given is built from `settings`.
+
+    Without stores, in-memory stores are used (tests, benchmarks); `open_app`
+    passes the SQL stores of an open database. `channels`, when given, are the
+    senders instead of those the settings configure; a configured channel of
+    type web that is not among them stays the main session's own channel.
+    `model=None` means no endpoint is configured (rounds then fail with a
+    clear note).
+
+    Raises:
+        ConfigError: templates, persona prompt or a channel's settings cannot work.
+    """
+    clock = clock or SystemClock()
+    if messages is None or rounds is None or outbox is None:
+        memory = MemoryMessageStore()
+        memory_rounds = MemoryRoundStore()
+        messages = messages or memory
+        rounds = rounds or memory_rounds
+        outbox = outbox or MemoryOutbox(memory, memory_rounds)
+    if isinstance(model, _FromSettings):
+        model = _model_from(settings)
+    senders = dict(channels) if channels is not None else build_channels(settings.channels)
+    order = [*settings.channels, *(name for name in senders if name not in settings.channels)]
+    dispatcher = Dispatcher(
+        outbox,
+        senders,
+        clock,
+        persona=settings.persona,
+        order=order,
+        session_channel=session_channel(settings, channels or {}),
+        sleep=sleep,
+    )
+    requests = RequestBuilder(
+        settings,
+        prompts=PromptBook.load(prompts_dir or settings.prompt.dir, settings.prompt.language),
+        persona_prompt=read_persona_prompt(settings) if persona_prompt is None else persona_prompt,
+        state=state or FileStateProvider(settings.state.file, settings.state.max_age),
+    )
     thinker = Thinker(
         settings,
         messages=messages,
-        rounds=rounds,
-        outbox=outbox,
-        channels=channels,
-        dispatcher=dispatcher,
-        state=FileStateProvider(settings.state.file, settings.state.max_age),
+        requests=requests,
         model=model,
+        delivery=dispatcher,
+        recorder=Recorder(rounds),
         clock=clock,
-        prompts=prompts,
-        persona_prompt=persona_prompt,
         model_missing_hint=MODEL_MISSING_HINT,
     )
+    return App(settings, clock, messages, rounds, outbox, model, dispatcher, thinker)
+
+
+def _model_from(settings: Settings) -> OpenAIModelClient | None:
+    # Imported here: the openai SDK is the slowest import of the daemon, and the
+    # commands that never call a model (messages, rounds) need not pay for it.
+    from backthink.model_client import OpenAIModelClient
+
     try:
-        yield App(
-            settings, db, messages, rounds, outbox, channels, dispatcher, model, thinker, clock
+        return OpenAIModelClient(settings.model)
+    except ModelNotConfiguredError:
+        return None
+
+
+@asynccontextmanager
+async def open_app(settings: Settings, **overrides: object) -> AsyncIterator[App]:
+    """Open the database (migrating it) and the model client, and wire the app on them.
+
+    `overrides` go to `build_app` (e.g. `clock=`). Everything opened here is
+    closed when the block ends, in reverse order, whatever happens.
+    """
+    async with AsyncExitStack() as stack:
+        db = await stack.enter_async_context(open_database(settings.database))
+        if "model" not in overrides:
+            model = _model_from(settings)
+            if model is not None:
+                stack.push_async_callback(model.close)
+            overrides["model"] = model
+        yield build_app(
+            settings,
+            messages=db.messages,
+            rounds=db.rounds,
+            outbox=db.outbox,
+            **overrides,  # type: ignore[arg-type]
         )
-    finally:
-        if model is not None:
-            await model.close()
-        await db.dispose()

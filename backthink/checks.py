@@ -6,12 +6,11 @@ from collections.abc import AsyncIterator
 
 from sqlalchemy.engine import make_url
 
-from backthink.app import MODEL_MISSING_HINT, read_persona_prompt
+from backthink.app import MODEL_MISSING_HINT, build_app
 from backthink.config import Settings
 from backthink.errors import BackthinkError, ModelNotConfiguredError
 from backthink.model_client import OpenAIModelClient
-from backthink.prompts import PromptBook
-from backthink.store import open_store
+from backthink.store import open_database
 
 
 class CheckError(BackthinkError):
@@ -25,8 +24,9 @@ async def run_checks(settings: Settings) -> AsyncIterator[str]:
         CheckError: the first problem, as one line naming what is wrong.
     """
     try:
-        PromptBook.load(settings.prompt.dir, settings.prompt.language)
-        read_persona_prompt(settings)
+        # Wiring the app in memory loads the templates, the persona prompt and
+        # every channel, exactly as a round will.
+        build_app(settings, model=None)
     except BackthinkError as exc:
         raise CheckError(f"prompts: {exc}") from None
     yield (f"prompts: {settings.prompt.dir} ({settings.prompt.language})")
@@ -36,13 +36,8 @@ async def run_checks(settings: Settings) -> AsyncIterator[str]:
 
     safe_url = make_url(settings.database.url).render_as_string(hide_password=True)
     try:
-        db, messages, _ = await open_store(
-            settings.database.url, busy_timeout_ms=settings.database.busy_timeout_ms
-        )
-        try:
-            await messages.recent(settings.owner.id, 1)
-        finally:
-            await db.dispose()
+        async with open_database(settings.database) as store:
+            await store.messages.recent(settings.owner.id, 1)
     except BackthinkError as exc:
         raise CheckError(f"database {safe_url}: {exc}") from None
     yield (f"database: {safe_url}")
@@ -52,9 +47,8 @@ async def run_checks(settings: Settings) -> AsyncIterator[str]:
     except ModelNotConfiguredError:
         raise CheckError(f"model: {MODEL_MISSING_HINT}") from None
     try:
-        detail = await client.probe()
+        async with client:
+            detail = await client.probe()
     except BackthinkError as exc:
         raise CheckError(f"model: {exc}") from None
-    finally:
-        await client.close()
     yield (f"model: {settings.model.name} at {settings.model.base_url} ({detail})")

@@ -17,7 +17,7 @@ import typer
 from backthink import logs
 from backthink.config import Settings, load_settings, resolve_config_path
 from backthink.errors import BackthinkError, InputError
-from backthink.models import RoundRecord
+from backthink.models import Outcome, RoundRecord
 
 T = TypeVar("T")
 
@@ -27,8 +27,12 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain click help: switches read as `--dry-run`, not `--dry-run <bool>`.
+    rich_markup_mode=None,
 )
-messages_app = typer.Typer(help="Add or import main-session messages.", no_args_is_help=True)
+messages_app = typer.Typer(
+    help="Add or import main-session messages.", no_args_is_help=True, rich_markup_mode=None
+)
 app.add_typer(messages_app, name="messages")
 
 
@@ -91,7 +95,10 @@ def think(
         str, typer.Option("--trigger", help="heartbeat, startup, cron or free text.")
     ] = "heartbeat",
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Print the exact request; call nothing.")
+        bool,
+        typer.Option(
+            "--dry-run", help="Print the exact request the endpoint would get; call nothing."
+        ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
@@ -102,23 +109,21 @@ def think(
     settings = c.settings()
     owner_id = c.owner_id(settings)
 
-    async def go() -> RoundRecord | list[Any]:
+    async def go() -> RoundRecord | dict[str, Any]:
         async with open_app(settings) as a:
             if dry_run:
-                request = await a.thinker.prepare(owner_id, trigger, at=a.clock.now())
-                return [m.model_dump(exclude_none=True) for m in request.messages]
+                from backthink.model_client import request_body
+
+                request = await a.thinker.prepare(owner_id, trigger)
+                return request_body(settings.model, request.messages)
             return await a.thinker.run_round(owner_id, trigger)
 
     result = _run(go())
-    if isinstance(result, list):
+    if isinstance(result, dict):
         if as_json:
-            _print_json({"trigger": trigger, "messages": result})
+            _print_json(result)
         else:
-            for i, m in enumerate(result, start=1):
-                typer.echo(f"--- {i} {m['role']} ---")
-                typer.echo(m["text"])
-                if "image" in m:
-                    typer.echo(f"[image: {m['image']}]")
+            _print_request(result, has_key=settings.model.api_key is not None)
         return
     record = result
     if as_json:
@@ -131,11 +136,30 @@ def think(
         )
     else:
         _print_round(record)
-    if record.outcome.value == "failed":
+    if record.outcome is Outcome.FAILED:
         if as_json:
             for note in record.notes:
                 typer.echo(f"backthink: {note}", err=True)
         raise typer.Exit(1)
+
+
+def _print_request(body: dict[str, Any], *, has_key: bool) -> None:
+    """Print a chat-completions request as the endpoint receives it, the key redacted."""
+    typer.echo("POST /chat/completions")
+    typer.echo(f"Authorization: Bearer {'<redacted>' if has_key else '(no key)'}")
+    typer.echo(f"model: {body['model']}")
+    typer.echo(f"max_tokens: {body['max_tokens']}")
+    for i, m in enumerate(body["messages"], start=1):
+        typer.echo(f"--- {i} {m['role']} ---")
+        content = m["content"]
+        if isinstance(content, str):
+            typer.echo(content)
+            continue
+        for part in content:
+            if part["type"] == "text":
+                typer.echo(part["text"])
+            else:
+                typer.echo(f"[image: {part['image_url']['url']}]")
 
 
 def _print_round(record: RoundRecord) -> None:
@@ -177,7 +201,7 @@ def messages_add(
     """Add one message to the main session."""
     from backthink.app import SystemClock
     from backthink.importer import parse_one
-    from backthink.store import open_store
+    from backthink.store import open_database
 
     c: Context = ctx.obj
     settings = c.settings()
@@ -199,13 +223,8 @@ def messages_add(
     )
 
     async def go() -> int | None:
-        db, store, _ = await open_store(
-            settings.database.url, busy_timeout_ms=settings.database.busy_timeout_ms
-        )
-        try:
-            return (await store.add(message)).id
-        finally:
-            await db.dispose()
+        async with open_database(settings.database) as store:
+            return (await store.messages.add(message)).id
 
     typer.echo(f"added message {_run(go())}")
 
@@ -221,7 +240,7 @@ def messages_import(
     """Import messages from a JSON Lines file, all or nothing."""
     from backthink.app import SystemClock
     from backthink.importer import parse_jsonl
-    from backthink.store import open_store
+    from backthink.store import open_database
 
     c: Context = ctx.obj
     settings = c.settings()
@@ -238,13 +257,8 @@ def messages_import(
     )
 
     async def go() -> int:
-        db, store, _ = await open_store(
-            settings.database.url, busy_timeout_ms=settings.database.busy_timeout_ms
-        )
-        try:
-            return await store.add_many(parsed)
-        finally:
-            await db.dispose()
+        async with open_database(settings.database) as store:
+            return await store.messages.add_many(parsed)
 
     typer.echo(f"imported {_run(go())} messages from {file}")
 
@@ -256,19 +270,14 @@ def rounds(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
 ) -> None:
     """Show the audit log of rounds, newest first."""
-    from backthink.store import open_store
+    from backthink.store import open_database
 
     c: Context = ctx.obj
     settings = c.settings()
 
     async def go() -> list[RoundRecord]:
-        db, _, store = await open_store(
-            settings.database.url, busy_timeout_ms=settings.database.busy_timeout_ms
-        )
-        try:
-            return await store.list(owner_id=c.owner_id(settings), limit=limit)
-        finally:
-            await db.dispose()
+        async with open_database(settings.database) as store:
+            return await store.rounds.list(owner_id=c.owner_id(settings), limit=limit)
 
     records = _run(go())
     if as_json:
@@ -347,7 +356,7 @@ def poke_cmd(
     settings = c.settings()
     answer = _run(poke(settings.daemon.socket, text, owner_id=c.owner, timeout_s=timeout))
     _print_json(answer)
-    if answer.get("outcome") == "failed":
+    if answer.get("outcome") == Outcome.FAILED:
         raise typer.Exit(1)
 
 

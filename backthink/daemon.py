@@ -23,8 +23,7 @@ from backthink import poke
 from backthink.app import MODEL_MISSING_HINT, App, open_app, settle_heap
 from backthink.config import Settings
 from backthink.errors import BackthinkError
-from backthink.models import RoundRecord
-from backthink.prompts import STARTUP_TRIGGER
+from backthink.models import RoundRecord, Trigger
 from backthink.schedule import HeartbeatTrigger
 from backthink.systemd import Notifier
 
@@ -92,7 +91,7 @@ class Daemon:
         # The mark is written before the round, so a restart storm that kills the
         # process mid-round still cannot greet (or spend tokens) again.
         await rounds.mark(owner_id, GREETING_MARK, now)
-        await self.run_round(owner_id, STARTUP_TRIGGER)
+        await self.run_round(owner_id, Trigger.STARTUP.value)
 
     async def _watchdog(self, interval_s: float) -> None:
         # Pinged from the event loop itself: a blocked loop stops the pings and
@@ -115,7 +114,7 @@ class Daemon:
         )
         if self._app.model is None:
             log.warning("daemon.model_missing", hint=MODEL_MISSING_HINT)
-        await self._app.dispatcher.resume(self._app.rounds)
+        await self._app.thinker.resume()
         server = await poke.serve(s.daemon.socket, self.run_round, self._owners[0])
         scheduler = build_scheduler(s, self._owners, self._job)
         scheduler.start()
@@ -182,12 +181,14 @@ def build_scheduler(
             tz=tz,
             jitter=s.jitter,
         )
-        scheduler.add_job(job, trigger, args=(owner, "heartbeat"), id=f"heartbeat:{owner}")
+        scheduler.add_job(
+            job, trigger, args=(owner, Trigger.HEARTBEAT.value), id=f"heartbeat:{owner}"
+        )
         for i, expr in enumerate(s.cron):
             scheduler.add_job(
                 job,
                 CronTrigger.from_crontab(expr, timezone=tz),
-                args=(owner, "cron"),
+                args=(owner, Trigger.CRON.value),
                 id=f"cron:{owner}:{i}",
             )
     return scheduler

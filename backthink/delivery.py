@@ -1,10 +1,15 @@
-"""The dispatcher: sends outbox rows through their channel, with bounded retries.
+"""Delivery: from a gated push to a message in the owner's hands, through one channel.
 
-A round commits its outbox row (and the write-back message) first and sends
-second, so a crash in between loses nothing: at start the daemon resumes
-every pending row. Each attempt carries the round id as its idempotency key,
-so a receiver that saw the first attempt of a resumed delivery can drop the
-second.
+A round hands over its decision and chosen channel (`Handoff`) and gets back
+one `DeliveryResult`; everything between lives here. The outbox row and the
+write-back of the message into the main session are committed first, in one
+transaction, and the message is sent second, so a crash in between loses
+nothing: at start the daemon resumes every pending row. Each attempt carries
+the round id as its idempotency key, so a receiver that saw the first attempt
+of a resumed delivery can drop the second.
+
+The main session's own channel (the configured channel of type web) has no
+sender: the write-back is its delivery, so its row is committed as sent.
 """
 
 from __future__ import annotations
@@ -12,20 +17,35 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import structlog
 
-from backthink.errors import DeliveryError, StoreError
-from backthink.models import Delivery, DeliveryStatus, Outcome
-from backthink.ports import Channel, Clock, Outbox, RoundStore
+from backthink.config import PersonaSettings
+from backthink.errors import DeliveryError
+from backthink.models import Decision, Delivery, DeliveryStatus, Message, OutgoingMessage
+from backthink.ports import Channel, Clock, Outbox
 
 log = structlog.get_logger("backthink.delivery")
 
 DEFAULT_BACKOFF_S = (1.0, 4.0)  # seconds to wait before the 2nd and 3rd attempt
-RESUMED_NOTE = "delivery completed after a restart"
+# How far back the start-up search looks for deliveries whose round went unrecorded.
+# Only a process that died between two writes of one round leaves such a row.
+UNRECORDED_LOOKBACK = timedelta(days=1)
 
 Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """What a round passes on once the gate has chosen a channel."""
+
+    round_id: str
+    owner_id: str
+    trigger: str
+    decision: Decision
+    channel: str
+    at: datetime
 
 
 @dataclass(frozen=True)
@@ -37,28 +57,121 @@ class DeliveryResult:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class Resumed:
+    """A delivery finished (or found finished) at start, whose round still needs a record."""
+
+    delivery: Delivery
+    result: DeliveryResult
+
+
 class Dispatcher:
-    """Sends deliveries: one attempt, then one more per backoff step, then it gives up."""
+    """Commits, sends and resumes deliveries; the only part that knows the channels."""
 
     def __init__(
         self,
         outbox: Outbox,
-        channels: Mapping[str, Channel],
+        senders: Mapping[str, Channel],
         clock: Clock,
         *,
+        persona: PersonaSettings,
+        order: Sequence[str],
+        session_channel: str | None,
         backoff_s: Sequence[float] = DEFAULT_BACKOFF_S,
-        sleep: Sleep = asyncio.sleep,
+        sleep: Sleep | None = None,
     ) -> None:
+        """Create the dispatcher.
+
+        Args:
+            outbox: where deliveries and their write-backs are committed.
+            senders: the channels that send (every configured channel but the session's).
+            clock: the source of "now" for attempt times.
+            persona: who speaks: the write-back's speaker and the message's sender.
+            order: every configured channel name, in configuration order.
+            session_channel: the main session's own channel, if one is configured.
+            backoff_s: waits before the second, third, ... attempt.
+            sleep: how to wait (tests pass one that returns at once).
+        """
         self._outbox = outbox
-        self._channels = channels
+        self._senders = senders
         self._clock = clock
+        self._persona = persona
+        self._order = tuple(order)
+        self._session = session_channel
         self._backoff = tuple(backoff_s)
-        self._sleep = sleep
+        self._sleep = sleep or asyncio.sleep
+
+    @property
+    def session_channel(self) -> str | None:
+        """The main session's own channel (type web), if one is configured."""
+        return self._session
+
+    def connected(self) -> list[str]:
+        """Names of the channels that can deliver now, in configuration order."""
+        return [
+            name
+            for name in self._order
+            if name == self._session or (name in self._senders and self._senders[name].connected)
+        ]
+
+    def channel_names(self) -> list[str]:
+        """Every configured channel name, in configuration order."""
+        return list(self._order)
+
+    async def hand_over(self, handoff: Handoff) -> DeliveryResult:
+        """Commit the delivery with its write-back, then send it; one result, whatever happens.
+
+        Raises:
+            StoreError: the commit failed; nothing was written and nothing sent.
+        """
+        at = handoff.at
+        message = OutgoingMessage(
+            round_id=handoff.round_id,
+            owner_id=handoff.owner_id,
+            persona_id=self._persona.id,
+            persona_name=self._persona.name,
+            text=handoff.decision.body,
+            urgency=handoff.decision.urgency,
+            created_at=at,
+        )
+        writeback = Message(
+            owner_id=handoff.owner_id,
+            role="assistant",
+            text=handoff.decision.body,
+            speaker=self._persona.id,
+            channel=handoff.channel,
+            origin="proactive",
+            created_at=at,
+        )
+        # The one rule for the main session: its write-back is the delivery.
+        in_session = handoff.channel == self._session
+        delivery = Delivery(
+            id=handoff.round_id,
+            owner_id=handoff.owner_id,
+            channel=handoff.channel,
+            message=message,
+            status=DeliveryStatus.SENT if in_session else DeliveryStatus.PENDING,
+            attempts=1 if in_session else 0,
+            next_attempt_at=None if in_session else at,
+            created_at=at,
+            updated_at=at,
+            trigger=handoff.trigger,
+        )
+        if not await self._outbox.commit(delivery, writeback):
+            # A round id is fresh per round; seeing it again means this is a replay.
+            log.debug("delivery.already_committed", round_id=handoff.round_id)
+            stored = await self._outbox.get(handoff.round_id)
+            sent = stored is not None and stored.status is DeliveryStatus.SENT
+            return DeliveryResult(sent=sent, attempts=stored.attempts if stored else 0)
+        if in_session:
+            log.info("delivery.sent", round_id=handoff.round_id, channel=handoff.channel, attempt=1)
+            return DeliveryResult(sent=True, attempts=1)
+        return await self.send(delivery)
 
     async def send(self, delivery: Delivery) -> DeliveryResult:
         """Try to deliver until sent, refused for good, or out of attempts; record each try."""
         attempts = delivery.attempts
-        channel = self._channels.get(delivery.channel)
+        channel = self._senders.get(delivery.channel)
         for wait in (*self._backoff, None):
             attempts += 1
             try:
@@ -118,35 +231,26 @@ class Dispatcher:
             at=now,
         )
 
-    async def resume(self, rounds: RoundStore) -> int:
-        """Send every pending delivery (left by a crash) and record rounds left unrecorded.
+    async def resume(self) -> list[Resumed]:
+        """Send every pending delivery (left by a crash); return those whose round is unrecorded.
 
-        Returns:
-            How many deliveries were resumed.
+        A row can be left unrecorded pending (the process died while sending) or
+        finished (it died after the last attempt, before the round's record).
+        The caller records each returned delivery's round.
         """
         pending = await self._outbox.pending()
         for delivery in pending:
-            result = await self.send(delivery)
-            record = delivery.round_record
-            if record is None:
-                continue
-            try:
-                if await rounds.get(record.id) is not None:
-                    continue
-                outcome = Outcome.DELIVERED if result.sent else Outcome.FAILED
-                await rounds.save(
-                    record.model_copy(
-                        update={
-                            "outcome": outcome,
-                            "reason": delivery.channel if result.sent else "delivery_failed",
-                            "finished_at": self._clock.now(),
-                            "notes": [*record.notes, RESUMED_NOTE]
-                            + ([result.error] if result.error else []),
-                        }
-                    )
-                )
-            except StoreError as exc:
-                log.error("delivery.record_failed", round_id=delivery.id, error=str(exc))
+            await self.send(delivery)
         if pending:
             log.info("delivery.resumed", count=len(pending))
-        return len(pending)
+        since = self._clock.now() - UNRECORDED_LOOKBACK
+        left = await self._outbox.unrecorded(since=since)
+        # Pending rows were just sent; the rest are read back as they were left.
+        return [Resumed(d, _result_of(d)) for d in left]
+
+
+def _result_of(delivery: Delivery) -> DeliveryResult:
+    """How a stored delivery ended, as far as its row tells."""
+    sent = delivery.status is DeliveryStatus.SENT
+    error = None if sent else f"channel {delivery.channel!r}: {delivery.last_error or 'not sent'}"
+    return DeliveryResult(sent=sent, attempts=delivery.attempts, error=error)

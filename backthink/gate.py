@@ -19,11 +19,17 @@ from datetime import datetime, time, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
-from backthink.config import GateSettings, QuietHours
-from backthink.models import Availability, Decision, Outcome, PastPush, RoundState, Urgency
-
-WEB_CHANNEL = "web"
-"""The main session's own interface; a message stored without a channel was said there."""
+from backthink.config import GateSettings
+from backthink.models import (
+    Availability,
+    Decision,
+    Outcome,
+    PastPush,
+    Reason,
+    RoundState,
+    Urgency,
+)
+from backthink.quiet import in_quiet_hours
 
 _SPACE_OR_PUNCT = re.compile(r"[\W_]+", re.UNICODE)
 
@@ -59,25 +65,6 @@ class Verdict:
         return self.outcome is Outcome.DELIVERED
 
 
-def in_quiet_hours(at: datetime, quiet: QuietHours | None, tz: ZoneInfo) -> bool:
-    """Whether `at` falls inside the owner's daily quiet hours.
-
-    The range is compared on the owner's local wall clock, so it keeps its
-    meaning across DST changes: 23:00-07:00 is 23:00-07:00 local on the night
-    the clocks move, even though that night is an hour longer or shorter.
-    """
-    if quiet is None:
-        return False
-    local = at.astimezone(tz).time().replace(tzinfo=None)
-    return _within(local, quiet.start, quiet.end)
-
-
-def _within(t: time, start: time, end: time) -> bool:
-    if start < end:
-        return start <= t < end
-    return t >= start or t < end  # the range crosses midnight
-
-
 def owner_active(last_owner_message_at: datetime | None, window: timedelta, at: datetime) -> bool:
     """The owner wrote within `window` before `at`: a conversation is going on."""
     return last_owner_message_at is not None and at - last_owner_message_at < window
@@ -96,15 +83,15 @@ def pre_gate(
     Single flight is the caller's job (it needs a lock, not data).
     """
     if not connected:
-        return Verdict(Outcome.SKIPPED, "no_route")
+        return Verdict(Outcome.SKIPPED, Reason.NO_ROUTE)
     if owner_active(last_owner_message_at, settings.activity_window, at):
-        return Verdict(Outcome.SKIPPED, "owner_active")
+        return Verdict(Outcome.SKIPPED, Reason.OWNER_ACTIVE)
     if settings.quiet_mode == "skip" and in_quiet_hours(at, settings.quiet_hours, tz):
-        return Verdict(Outcome.SKIPPED, "quiet_hours")
+        return Verdict(Outcome.SKIPPED, Reason.QUIET_HOURS)
     return None
 
 
-def disturbance(urgency: Urgency, state: RoundState | None, *, quiet: bool) -> str | None:
+def disturbance(urgency: Urgency, state: RoundState | None, *, quiet: bool) -> Reason | None:
     """The disturbance cascade: the reason a message of this urgency may not disturb now.
 
     routine needs the owner available; warning also passes when busy; only
@@ -114,12 +101,12 @@ def disturbance(urgency: Urgency, state: RoundState | None, *, quiet: bool) -> s
     if urgency is Urgency.CRITICAL:
         return None
     if quiet:
-        return "quiet_hours"
+        return Reason.QUIET_HOURS
     availability = state.availability if state is not None else None
     if availability is Availability.DND:
-        return "unavailable"
+        return Reason.UNAVAILABLE
     if availability is Availability.BUSY and urgency is Urgency.ROUTINE:
-        return "unavailable"
+        return Reason.UNAVAILABLE
     return None
 
 
@@ -140,11 +127,14 @@ def choose_channel(
     owner_channels: Sequence[str | None],
     connected: Sequence[str],
     default_channel: str | None,
+    session_channel: str | None,
 ) -> tuple[str | None, tuple[str, ...]]:
     """Pick exactly one channel, or None for no route; also say why when a wish was ignored.
 
     The named channel wins when it is connected; else the channel of the owner's
-    most recent message among connected ones; else the default channel when
+    most recent message among connected ones (a message stored without a channel
+    was said in the main session: it counts as `session_channel`, the configured
+    channel of type web, when there is one); else the default channel when
     connected. Never more than one.
     """
     notes: list[str] = []
@@ -153,8 +143,8 @@ def choose_channel(
             return named, ()
         notes.append(f"named channel {named!r} is not connected")
     for channel in owner_channels:
-        name = channel or WEB_CHANNEL
-        if name in connected:
+        name = channel or session_channel
+        if name is not None and name in connected:
             return name, tuple(notes)
     if default_channel is not None and default_channel in connected:
         return default_channel, tuple(notes)
@@ -167,6 +157,7 @@ def evaluate(
     state: RoundState | None,
     history: GateHistory,
     connected: Sequence[str],
+    session_channel: str | None,
     settings: GateSettings,
     tz: ZoneInfo,
     started_at: datetime,
@@ -179,6 +170,7 @@ def evaluate(
         state: the round's state snapshot (None when unknown).
         history: the owner's recent activity and pushes, newest first.
         connected: names of the channels that can deliver now.
+        session_channel: the main session's own channel (type web), if configured.
         settings: the gate settings.
         tz: the owner's time zone (quiet hours, the daily cap's day).
         started_at: when the round started (an owner message after it means
@@ -194,32 +186,33 @@ def evaluate(
 
     last = history.last_owner_message_at
     if last is not None and (last > started_at or owner_active(last, settings.activity_window, at)):
-        return Verdict(Outcome.SUPPRESSED, "owner_active")
+        return Verdict(Outcome.SUPPRESSED, Reason.OWNER_ACTIVE)
 
     pushes = sorted(history.pushes, key=lambda p: p.at, reverse=True)
     if pushes and urgency is not Urgency.CRITICAL and at - pushes[0].at < settings.min_interval:
-        return Verdict(Outcome.SUPPRESSED, "min_interval")
+        return Verdict(Outcome.SUPPRESSED, Reason.MIN_INTERVAL)
     day_start = _local_midnight(at, tz)
     if sum(1 for p in pushes if p.at >= day_start) >= settings.daily_cap:
-        return Verdict(Outcome.SUPPRESSED, "daily_cap")
+        return Verdict(Outcome.SUPPRESSED, Reason.DAILY_CAP)
 
     unanswered = sum(1 for p in pushes if last is None or p.at > last)
     if unanswered >= settings.max_unanswered and urgency is not Urgency.CRITICAL:
-        return Verdict(Outcome.SUPPRESSED, "unanswered")
+        return Verdict(Outcome.SUPPRESSED, Reason.UNANSWERED)
 
     key = normalize_body(decision.body)
     horizon = at - settings.duplicate_window
     if any(p.at >= horizon and normalize_body(p.body) == key for p in pushes):
-        return Verdict(Outcome.SUPPRESSED, "duplicate")
+        return Verdict(Outcome.SUPPRESSED, Reason.DUPLICATE)
 
     channel, notes = choose_channel(
         decision.channel,
         owner_channels=history.owner_channels,
         connected=connected,
         default_channel=settings.default_channel,
+        session_channel=session_channel,
     )
     if channel is None:
-        return Verdict(Outcome.SUPPRESSED, "no_route", notes=notes)
+        return Verdict(Outcome.SUPPRESSED, Reason.NO_ROUTE, notes=notes)
     return Verdict(Outcome.DELIVERED, channel, channel=channel, notes=notes)
 
 
@@ -227,8 +220,3 @@ def _local_midnight(at: datetime, tz: ZoneInfo) -> datetime:
     """The start of the owner's local day containing `at`, as an aware instant."""
     local = at.astimezone(tz)
     return datetime.combine(local.date(), time(0), tzinfo=tz)
-
-
-def history_horizon(settings: GateSettings, at: datetime) -> datetime:
-    """How far back pushes matter to the gate: the longest of its windows, and a day."""
-    return at - max(settings.duplicate_window, settings.min_interval, timedelta(days=1))

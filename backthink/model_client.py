@@ -128,13 +128,8 @@ class OpenAIModelClient:
             ModelError: HTTP error, refused connection, or a reply with no usable text.
         """
         self._check_open()
-        payload = [_to_payload(message) for message in messages]
         started = time.perf_counter()
-        request = {
-            "model": self._settings.name,
-            "messages": payload,
-            "max_tokens": self._settings.max_tokens,
-        }
+        request = request_body(self._settings, messages)
         with self._translate_errors(messages):
             # The payload is already plain JSON for the server, so the SDK's generic
             # POST is used: it keeps auth, timeouts, retries and error mapping, and
@@ -266,6 +261,15 @@ class OpenAIModelClient:
         if len(text) > DETAIL_MAX_CHARS:
             text = text[: DETAIL_MAX_CHARS - 1] + "…"
         return text
+
+
+def request_body(settings: ModelSettings, messages: Sequence[ModelMessage]) -> dict[str, Any]:
+    """The JSON body of one chat-completions request, exactly as it is POSTed."""
+    return {
+        "model": settings.name,
+        "messages": [_to_payload(message) for message in messages],
+        "max_tokens": settings.max_tokens,
+    }
 
 
 def _to_payload(message: ModelMessage) -> dict[str, Any]:

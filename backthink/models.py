@@ -7,7 +7,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator
 
 MAIN_SESSION = "main"
 """The owner's main conversation: the one a round reads and writes back into."""
@@ -36,6 +36,70 @@ class Outcome(StrEnum):
     SUPPRESSED = "suppressed"
     DELIVERED = "delivered"
     FAILED = "failed"
+
+
+class Trigger(StrEnum):
+    """What started a round. A poke carries free text; every other trigger is one of these."""
+
+    HEARTBEAT = "heartbeat"
+    STARTUP = "startup"
+    CRON = "cron"
+    POKE = "poke"
+
+    @classmethod
+    def of(cls, text: str) -> Trigger:
+        """The kind of a round's trigger text: a named trigger, or a poke's free text."""
+        key = text.strip().lower()
+        return cls(key) if key in _NAMED_TRIGGERS else cls.POKE
+
+
+_NAMED_TRIGGERS = frozenset({Trigger.HEARTBEAT, Trigger.STARTUP, Trigger.CRON})
+
+
+class Reason(StrEnum):
+    """Why a round ended as it did; a delivered round's reason is its channel's name instead."""
+
+    # skipped (no model call)
+    BUSY = "busy"
+    OWNER_ACTIVE = "owner_active"
+    QUIET_HOURS = "quiet_hours"
+    NO_ROUTE = "no_route"
+    DISABLED = "disabled"
+    # suppressed (the model answered; nothing is sent)
+    NO_PUSH = "no_push"
+    PARSE_FAILED = "parse_failed"
+    EMPTY_BODY = "empty_body"
+    BODY_TOO_LONG = "body_too_long"
+    UNAVAILABLE = "unavailable"
+    MIN_INTERVAL = "min_interval"
+    DAILY_CAP = "daily_cap"
+    UNANSWERED = "unanswered"
+    DUPLICATE = "duplicate"
+    TOOL_LIMIT = "tool_limit"
+    # failed
+    MODEL_ERROR = "model_error"
+    MODEL_TIMEOUT = "model_timeout"
+    DELIVERY_FAILED = "delivery_failed"
+    STORE_ERROR = "store_error"
+    INTERRUPTED = "interrupted"
+    INTERNAL_ERROR = "internal_error"
+
+
+class StateProblem(StrEnum):
+    """Why no owner state is known this round (the state block is then absent)."""
+
+    NOT_CONFIGURED = "state_not_configured"
+    MISSING = "state_missing"
+    UNREADABLE = "state_unreadable"
+    INVALID = "state_invalid"
+    UNDATED = "state_undated"
+    FROM_FUTURE = "state_from_future"
+    STALE = "state_stale"
+
+    @property
+    def expected(self) -> bool:
+        """True for the normal "nobody set up a state file" cases, not worth a note."""
+        return self in (StateProblem.NOT_CONFIGURED, StateProblem.MISSING)
 
 
 class Availability(StrEnum):
@@ -160,10 +224,21 @@ class RoundState(_Lenient):
 
 
 class StateReading(_Frozen):
-    """A RoundState when one is known, else why not (missing, stale, unreadable)."""
+    """A RoundState when one is known, else why not (missing, stale, unreadable).
+
+    `detail` says more about the problem (the OS error, the broken key) for the record.
+    """
 
     state: RoundState | None = None
-    problem: str | None = None
+    problem: StateProblem | None = None
+    detail: str | None = None
+
+    @property
+    def note(self) -> str | None:
+        """The problem as one line for the round's notes, e.g. ``state_invalid: not JSON``."""
+        if self.problem is None:
+            return None
+        return f"{self.problem.value}: {self.detail}" if self.detail else self.problem.value
 
     @property
     def known(self) -> bool:
@@ -192,6 +267,12 @@ class RoundRecord(_Frozen):
     latency_ms: float | None = None
     raw_reply: str | None = None
     notes: list[str] = Field(default_factory=list)
+
+    @field_validator("trigger", "reason")
+    @classmethod
+    def _plain_text(cls, value: str) -> str:
+        # A Trigger or Reason member is stored as its plain value, like any other text.
+        return str(value)
 
     def summary(self) -> dict[str, Any]:
         """The public JSON shape of a round (no raw reply, no secrets)."""
@@ -268,4 +349,5 @@ class Delivery(_Frozen):
     last_error: str | None = None
     created_at: AwareDatetime
     updated_at: AwareDatetime
-    round_record: RoundRecord | None = None
+    trigger: str | None = None
+    """The trigger of the delivery's round, so a round cut short is recorded with it."""

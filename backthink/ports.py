@@ -35,7 +35,12 @@ class Clock(Protocol):
 
 
 class MessageStore(Protocol):
-    """Owners' sessions. Reading the most recent messages must not grow with history."""
+    """Owners' sessions. Reading the most recent messages must not grow with history.
+
+    A round reads through `session_view` before it thinks and `owner_activity`
+    after; it writes only through the outbox. `add`, `add_many` and `recent`
+    serve the command line and the checks.
+    """
 
     async def add(self, message: Message) -> Message:
         """Store one message and return it with its id."""
@@ -53,29 +58,6 @@ class MessageStore(Protocol):
         Messages are ordered by (created_at, id), so two messages stored with the
         same timestamp keep their insertion order.
         """
-        ...
-
-    async def last_message(
-        self, owner_id: str, *, role: str | None = None, session_id: str = MAIN_SESSION
-    ) -> Message | None:
-        """Return the newest message of a session, optionally of one role."""
-        ...
-
-    async def last_channels(
-        self,
-        owner_id: str,
-        *,
-        role: str | None = "user",
-        limit: int = 50,
-        session_id: str = MAIN_SESSION,
-    ) -> list[tuple[str | None, datetime]]:
-        """Return (channel, created_at) of the newest messages of a role, newest first."""
-        ...
-
-    async def proactive(
-        self, owner_id: str, limit: int, *, session_id: str = MAIN_SESSION
-    ) -> list[Message]:
-        """Return the newest proactive (delivered) messages of a session, newest first."""
         ...
 
     async def session_view(
@@ -120,13 +102,9 @@ class RoundStore(Protocol):
 class Outbox(Protocol):
     """Deliveries on their way out. The round id is the idempotency key of each."""
 
-    async def commit(
-        self, delivery: Delivery, writeback: Message, *, record: RoundRecord | None = None
-    ) -> bool:
+    async def commit(self, delivery: Delivery, writeback: Message) -> bool:
         """Store the delivery and write its message back into the main session, atomically.
 
-        `record` is the round's final record when the delivery is already complete
-        (committed as sent): it is saved in the same transaction.
         Returns False, writing nothing, when this delivery id is already stored.
         """
         ...
@@ -137,6 +115,14 @@ class Outbox(Protocol):
 
     async def pending(self, *, limit: int = 100) -> list[Delivery]:
         """Return deliveries not yet sent nor given up, the earliest due first."""
+        ...
+
+    async def unrecorded(self, *, since: datetime, limit: int = 100) -> list[Delivery]:
+        """Return deliveries created at or after `since` whose round has no record yet.
+
+        Oldest first. A process that dies between a delivery's commit and its
+        round's record leaves such a row; the next start records it.
+        """
         ...
 
     async def update(
@@ -180,14 +166,13 @@ class ModelClient(Protocol):
 
 
 class Channel(Protocol):
-    """One place a message can reach the owner (the web session, a webhook, a chat app)."""
+    """One place outside the main session a message can reach the owner (a webhook, a chat app).
+
+    The main session itself (the channel of type web) needs no sender: the
+    write-back committed with the outbox row is its delivery.
+    """
 
     name: str
-    delivered_by_writeback: bool
-    """True when writing the message back into the main session is the delivery itself.
-
-    The round then commits the delivery as sent and calls no `send`.
-    """
 
     @property
     def connected(self) -> bool:

@@ -17,13 +17,9 @@ from zoneinfo import ZoneInfo
 
 from backthink.attribution import Language
 from backthink.errors import ConfigError
-from backthink.models import RoundState
+from backthink.models import RoundState, Trigger
 
-STARTUP_TRIGGER = "startup"
-HEARTBEAT_TRIGGER = "heartbeat"
 TEMPLATE_NAMES = ("guidance", "startup")
-NAMED_TRIGGERS = frozenset({"heartbeat", "startup", "cron"})
-"""Triggers with a fixed meaning; any other trigger is free text (a poke)."""
 MAX_SCHEDULE_ITEMS = 5
 SCHEDULE_HORIZON = timedelta(hours=24)
 
@@ -101,7 +97,7 @@ class PromptBook:
 
 def is_startup(trigger: str) -> bool:
     """True when the trigger asks for the startup greeting."""
-    return trigger.strip().lower() == STARTUP_TRIGGER
+    return Trigger.of(trigger) is Trigger.STARTUP
 
 
 def render_prompt(
@@ -148,10 +144,10 @@ def render_prompt(
 
 def describe_trigger(trigger: str, language: Language) -> str:
     """Name the trigger for the model; free text (a poke) is passed through as written."""
-    key = trigger.strip().lower()
-    if key in NAMED_TRIGGERS:
-        return _LABELS[language][key]
-    return trigger.strip()
+    kind = Trigger.of(trigger)
+    if kind is Trigger.POKE:
+        return trigger.strip()
+    return _LABELS[language][kind.value]
 
 
 def render_state_block(state: RoundState, *, at: datetime, tz: ZoneInfo, language: Language) -> str:

@@ -15,17 +15,7 @@ from zoneinfo import ZoneInfo
 from apscheduler.triggers.base import BaseTrigger
 
 from backthink.config import QuietHours
-from backthink.gate import in_quiet_hours
-
-
-def quiet_end_after(at: datetime, quiet: QuietHours, tz: ZoneInfo) -> datetime:
-    """The next instant after `at` at which the local clock reads the quiet range's end."""
-    local = at.astimezone(tz)
-    for days in (0, 1):
-        candidate = datetime.combine(local.date() + timedelta(days=days), quiet.end, tzinfo=tz)
-        if candidate > local:
-            return candidate
-    raise AssertionError("unreachable: a wall-clock time recurs within two days")
+from backthink.quiet import in_quiet_hours, quiet_end_after
 
 
 def next_heartbeat(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from backthink.models import RoundState, StateReading
+from backthink.models import RoundState, StateProblem, StateReading
 
 # A snapshot dated slightly in the future is clock skew between machines, not an error.
 FUTURE_SKEW = timedelta(minutes=5)
@@ -28,14 +28,14 @@ class FileStateProvider:
     def read(self, at: datetime) -> StateReading:
         """Read the state as seen at `at`."""
         if self._path is None:
-            return StateReading(problem="state_not_configured")
+            return StateReading(problem=StateProblem.NOT_CONFIGURED)
         try:
             raw = self._path.read_bytes()
             mtime = datetime.fromtimestamp(self._path.stat().st_mtime, tz=UTC)
         except FileNotFoundError:
-            return StateReading(problem="state_missing")
+            return StateReading(problem=StateProblem.MISSING)
         except OSError as exc:
-            return StateReading(problem=f"state_unreadable: {exc.strerror}")
+            return StateReading(problem=StateProblem.UNREADABLE, detail=exc.strerror)
         return parse_state(raw, at=at, max_age=self._max_age, fallback_time=mtime)
 
 
@@ -46,22 +46,24 @@ def parse_state(
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
-        return StateReading(problem=f"state_invalid: not JSON ({exc})")
+        return StateReading(problem=StateProblem.INVALID, detail=f"not JSON ({exc})")
     if not isinstance(data, dict):
-        return StateReading(problem="state_invalid: the document must be a JSON object")
+        return StateReading(
+            problem=StateProblem.INVALID, detail="the document must be a JSON object"
+        )
     try:
         state = RoundState.model_validate(data)
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
         key = ".".join(str(p) for p in err["loc"]) or "document"
-        return StateReading(problem=f"state_invalid: {key}: {err['msg']}")
+        return StateReading(problem=StateProblem.INVALID, detail=f"{key}: {err['msg']}")
     stamp = state.updated_at or fallback_time
     if stamp is None:
-        return StateReading(problem="state_undated")
+        return StateReading(problem=StateProblem.UNDATED)
     if stamp > at + FUTURE_SKEW:
-        return StateReading(problem="state_from_future")
+        return StateReading(problem=StateProblem.FROM_FUTURE)
     if at - stamp > max_age:
-        return StateReading(problem="state_stale")
+        return StateReading(problem=StateProblem.STALE)
     if state.updated_at is None:
         state = state.model_copy(update={"updated_at": stamp})
     return StateReading(state=state)

@@ -13,12 +13,19 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from backthink.app import build_app
 from backthink.config import Settings
 from backthink.delivery import Dispatcher
 from backthink.errors import DeliveryError, ModelError
-from backthink.models import ModelMessage, ModelReply, OutgoingMessage, RoundState, StateReading
-from backthink.ports import Channel, ModelClient
-from backthink.prompts import PromptBook
+from backthink.models import (
+    Message,
+    ModelMessage,
+    ModelReply,
+    OutgoingMessage,
+    RoundState,
+    StateReading,
+)
+from backthink.ports import Channel, MessageStore, ModelClient
 from backthink.round import Thinker
 from backthink.store.memory import MemoryMessageStore, MemoryOutbox, MemoryRoundStore
 
@@ -33,8 +40,13 @@ __all__ = [
     "ScriptedModel",
     "StaticState",
     "make_rig",
+    "proactive_messages",
     "run_cli",
 ]
+
+
+# How far back `proactive_messages` looks: tests keep short histories.
+PROACTIVE_SCAN = 1000
 
 
 class FakeClock:
@@ -132,7 +144,6 @@ class RecordingChannel:
 
     def __init__(self, name: str, *, connected: bool = True) -> None:
         self.name = name
-        self.delivered_by_writeback = False
         self._connected = connected
         self.sent: list[OutgoingMessage] = []
         self.attempts = 0
@@ -163,7 +174,7 @@ async def no_sleep(seconds: float) -> None:
 
 @dataclass
 class Rig:
-    """A Thinker wired to in-memory fakes, with every part reachable for assertions."""
+    """An app wired to in-memory fakes, with every part reachable for assertions."""
 
     thinker: Thinker
     messages: MemoryMessageStore
@@ -186,30 +197,36 @@ def make_rig(
     prompts_dir: Path | None = None,
     persona_prompt: str = "",
 ) -> Rig:
-    """Build a Thinker on in-memory stores; channels default to one connected `web`."""
+    """Build the app on in-memory stores; channels default to one connected sender `web`."""
     clock = clock or FakeClock()
     state = state or StaticState()
     messages = messages if messages is not None else MemoryMessageStore()
     rounds = MemoryRoundStore()
     outbox = MemoryOutbox(messages, rounds)
-    by_name: dict[str, Channel] = {
+    senders: dict[str, Channel] = {
         c.name: c for c in (channels if channels is not None else [RecordingChannel("web")])
     }
-    dispatcher = Dispatcher(outbox, by_name, clock, sleep=no_sleep)
-    thinker = Thinker(
+    app = build_app(
         settings,
         messages=messages,
         rounds=rounds,
         outbox=outbox,
-        channels=by_name,
-        dispatcher=dispatcher,
-        state=state,
         model=model,
         clock=clock,
-        prompts=PromptBook.load(prompts_dir or settings.prompt.dir, settings.prompt.language),
+        state=state,
+        channels=senders,
+        prompts_dir=prompts_dir,
         persona_prompt=persona_prompt,
+        sleep=no_sleep,
     )
-    return Rig(thinker, messages, rounds, outbox, by_name, dispatcher, clock, state)
+    return Rig(app.thinker, messages, rounds, outbox, senders, app.dispatcher, clock, state)
+
+
+async def proactive_messages(store: MessageStore, owner_id: str, limit: int) -> list[Message]:
+    """The newest `limit` proactive (written-back) messages of the main session, newest first."""
+    history = await store.recent(owner_id, PROACTIVE_SCAN)
+    found = [m for m in reversed(history) if m.origin == "proactive"]
+    return found[:limit]
 
 
 def run_cli(

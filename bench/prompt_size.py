@@ -164,16 +164,11 @@ def real_token_count(messages: Sequence[dict[str, Any]]) -> tuple[int, str] | No
 
 async def _two_heartbeats(base_url: str, work: Path) -> list[int | None]:
     """Run two heartbeats 30 min apart with no new messages; return their prompt token counts."""
-    from backthink.app import read_persona_prompt
-    from backthink.channels import WebChannel
+    from backthink.app import build_app
     from backthink.config import Settings
-    from backthink.delivery import Dispatcher
     from backthink.model_client import OpenAIModelClient
     from backthink.models import Message
-    from backthink.prompts import PromptBook
-    from backthink.round import Thinker
-    from backthink.state import FileStateProvider
-    from backthink.testing import FakeClock, MemoryMessageStore, MemoryOutbox, MemoryRoundStore
+    from backthink.testing import FakeClock, MemoryMessageStore
 
     state = work / "state.json"
     write_state_file(state, at=T0 - timedelta(minutes=10))
@@ -194,23 +189,8 @@ async def _two_heartbeats(base_url: str, work: Path) -> list[int | None]:
                 created_at=start + timedelta(minutes=5 * i),
             )
         )
-    rounds = MemoryRoundStore()
-    outbox = MemoryOutbox(messages, rounds)
-    channels = {"web": WebChannel("web")}
     model = OpenAIModelClient(settings.model)
-    thinker = Thinker(
-        settings,
-        messages=messages,
-        rounds=rounds,
-        outbox=outbox,
-        channels=channels,
-        dispatcher=Dispatcher(outbox, channels, clock),
-        state=FileStateProvider(settings.state.file, settings.state.max_age),
-        model=model,
-        clock=clock,
-        prompts=PromptBook.load(settings.prompt.dir, settings.prompt.language),
-        persona_prompt=read_persona_prompt(settings),
-    )
+    thinker = build_app(settings, messages=messages, model=model, clock=clock).thinker
     counts: list[int | None] = []
     try:
         for _ in range(2):

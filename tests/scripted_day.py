@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from backthink.app import build_app
 from backthink.config import Settings
-from backthink.delivery import Dispatcher
 from backthink.errors import ModelError, ModelTimeoutError, StoreError
 from backthink.models import (
     Availability,
@@ -26,7 +26,6 @@ from backthink.models import (
     RoundRecord,
     RoundState,
 )
-from backthink.prompts import PromptBook
 from backthink.round import Thinker
 from backthink.store import SqlMessageStore, SqlOutbox, open_store
 from backthink.testing import FakeClock, RecordingChannel, ScriptedModel, StaticState, no_sleep
@@ -79,7 +78,10 @@ def settings(**gate: object) -> Settings:
             "persona": {"id": "cyrene", "name": "昔涟"},
             "prompt": {"dir": str(ROOT / "config/prompts")},
             "gate": {"default_channel": "web", "max_unanswered": 3, "daily_cap": 5, **gate},
-            "channels": {"web": {"type": "web"}, "phone": {"type": "web"}},
+            "channels": {
+                "web": {"type": "web"},
+                "phone": {"type": "webhook", "url": "http://127.0.0.1:9/never-sent"},
+            },
         }
     )
 
@@ -95,20 +97,19 @@ async def run_day(url: str) -> list[RoundRecord]:
     web, phone = RecordingChannel("web"), RecordingChannel("phone")
 
     def thinker(s: Settings, channels: Sequence[RecordingChannel] = (web, phone)) -> Thinker:
-        by_name = {c.name: c for c in channels}
-        return Thinker(
+        app = build_app(
             s,
             messages=messages,
             rounds=rounds,
             outbox=outbox,
-            channels=by_name,
-            dispatcher=Dispatcher(outbox, by_name, clock, sleep=no_sleep),
-            state=state,
             model=model,
             clock=clock,
-            prompts=PromptBook.load(s.prompt.dir, s.prompt.language),
+            state=state,
+            channels={c.name: c for c in channels},
             persona_prompt="你是昔涟。",
+            sleep=no_sleep,
         )
+        return app.thinker
 
     main = thinker(settings())
     skip_quiet = thinker(settings(quiet_mode="skip"))

@@ -29,7 +29,6 @@ from webhook_receiver import Respond, WebhookReceiver
 
 from backthink.channels import (
     AppriseChannel,
-    WebChannel,
     WebhookChannel,
     build_channels,
     sign,
@@ -112,17 +111,6 @@ def receiver() -> Iterator[WebhookReceiver]:
     """A fresh receiver for one test."""
     with WebhookReceiver() as started:
         yield started
-
-
-# --- web ---------------------------------------------------------------------
-
-
-async def test_web_channel_sends_without_io() -> None:
-    """The web channel is always connected and accepts a message without doing anything."""
-    channel = WebChannel("web")
-    assert channel.name == "web"
-    assert channel.connected is True
-    await within(channel.send(outgoing()))
 
 
 # --- webhook: body and headers ------------------------------------------------
@@ -521,7 +509,7 @@ def test_apprise_is_imported_only_when_an_apprise_channel_is_built() -> None:
 
 
 def test_build_channels_keeps_config_order_and_types(receiver: WebhookReceiver) -> None:
-    """Each configured channel is built with its own type, name and config order."""
+    """Each sending channel is built with its own type, name and config order; web sends nothing."""
     raw = {
         "phone": {"type": "webhook", "url": receiver.url, "secret": SECRET},
         "web": {"type": "web"},
@@ -529,9 +517,9 @@ def test_build_channels_keeps_config_order_and_types(receiver: WebhookReceiver) 
     }
     settings = TypeAdapter(dict[str, ChannelSettings]).validate_python(raw)
     channels = build_channels(settings)
-    assert list(channels) == ["phone", "web", "chat"]
-    assert [type(c) for c in channels.values()] == [WebhookChannel, WebChannel, AppriseChannel]
-    assert [c.name for c in channels.values()] == ["phone", "web", "chat"]
+    assert list(channels) == ["phone", "chat"]
+    assert [type(c) for c in channels.values()] == [WebhookChannel, AppriseChannel]
+    assert [c.name for c in channels.values()] == ["phone", "chat"]
     assert all(c.connected for c in channels.values())
 
 

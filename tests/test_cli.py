@@ -105,16 +105,52 @@ def test_rounds_shows_the_audit_log(workdir: Workdir, fake: FakeOpenAI) -> None:
 
 
 def test_dry_run_calls_nothing(workdir: Workdir, fake: FakeOpenAI) -> None:
-    """--dry-run prints the request and neither calls the model nor records a round."""
+    """--dry-run prints the whole request, key redacted, and neither calls nor records."""
     workdir.cli("messages", "add", "--role", "user", "--text", "在吗")
     out = workdir.cli("think", "--dry-run").stdout
-    assert out.startswith("--- 1 system ---")
+    head = out.split("--- 1 system ---")[0].splitlines()
+    assert head == [
+        "POST /chat/completions",
+        "Authorization: Bearer <redacted>",
+        "model: fake-model",
+        "max_tokens: 400",
+    ]
     assert "--- 2 user ---\n在吗" in out
     assert "触发：定时心跳" in out
-    as_json = json.loads(workdir.cli("think", "--dry-run", "--json").stdout)
-    assert [m["role"] for m in as_json["messages"]] == ["system", "user", "user"]
+    assert KEY not in out
+    body = json.loads(workdir.cli("think", "--dry-run", "--json").stdout)
+    assert set(body) == {"model", "messages", "max_tokens"}
+    assert (body["model"], body["max_tokens"]) == ("fake-model", 400)
+    assert [m["role"] for m in body["messages"]] == ["system", "user", "user"]
+    assert body["messages"][1] == {"role": "user", "content": "在吗"}
     assert fake.chat_requests == []
     assert workdir.cli("rounds").stdout.strip() == "no rounds yet"
+
+
+def test_dry_run_body_is_what_the_endpoint_receives(workdir: Workdir, fake: FakeOpenAI) -> None:
+    """The --dry-run --json body equals the body a real round then POSTs."""
+    workdir.cli(
+        "messages", "add", "--role", "user", "--text", "看这个",
+        "--image", "https://example.invalid/a.png", "--at", "2026-11-29T22:00:00+08:00",
+    )  # fmt: skip
+    shown = json.loads(workdir.cli("think", "--dry-run", "--json").stdout)
+    fake.script("[我决定:no_push]")
+    workdir.think_json()
+    (request,) = fake.chat_requests
+    sent = request.body
+    # The instruction prompt carries the minute of the round; the rest is byte for byte.
+    assert {k: v for k, v in sent.items() if k != "messages"} == {
+        k: v for k, v in shown.items() if k != "messages"
+    }
+    assert sent["messages"][:-1] == shown["messages"][:-1]
+
+
+def test_help_shows_switches_as_switches(workdir: Workdir) -> None:
+    """--help lists --dry-run and --json as plain switches, with no value placeholder."""
+    out = workdir.cli("think", "--help").stdout
+    lines = {line.split()[0]: line for line in out.splitlines() if line.strip().startswith("--")}
+    assert "<bool>" not in out
+    assert lines["--dry-run"].split()[1] != "BOOLEAN"
 
 
 def test_model_failure_is_recorded(workdir: Workdir, fake: FakeOpenAI) -> None:

@@ -66,7 +66,7 @@ def test_push_reaches_the_webhook_signed_and_is_written_back(
     assert request.json["urgency"] == "warning"
     assert request.json["persona"] == {"id": "cyrene", "name": "昔涟"}
     assert "先想一想" not in request.body.decode()
-    assert [m["text"] for m in proactive(workdir)] == [BODY]
+    assert [m["content"] for m in proactive(workdir)] == [BODY]
     # The next round sees its own message, attributed to itself.
     fake.script("[我决定:no_push]")
     workdir.think_json()
@@ -130,5 +130,5 @@ def test_kill_mid_send_then_restart_sends_once(
         (key, "delivered", "phone")
     ]
     assert "delivery completed after a restart" in rounds[0]["notes"]
-    assert [m["text"] for m in proactive(workdir)] == [BODY]
+    assert [m["content"] for m in proactive(workdir)] == [BODY]
     assert len(fake.chat_requests) == 1

@@ -25,6 +25,7 @@ from backthink.attribution import ROLE_CONTEXT_MARKER, SPEAKER_SWITCH_MARKER
 from backthink.config import Settings
 from backthink.models import Message, Outcome
 from backthink.poke import poke
+from backthink.testing import proactive_messages
 
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "sk-test-secret-0123456789"
@@ -213,7 +214,7 @@ async def test_channel_faults_retry_then_fail(
         delivery = await app.outbox.get(record.id)
         assert delivery is not None and delivery.attempts == 3
         assert delivery.status.value == "failed"
-        (kept,) = await app.messages.proactive("o", 5)
+        (kept,) = await proactive_messages(app.messages, "o", 5)
         assert kept.text == "下午三点的会别忘了。"
     if fault != "refused":
         assert len(receiver.received) == 3

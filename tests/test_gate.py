@@ -19,13 +19,12 @@ from backthink.gate import (
     choose_channel,
     disturbance,
     evaluate,
-    history_horizon,
-    in_quiet_hours,
     normalize_body,
     owner_active,
     pre_gate,
 )
 from backthink.models import Availability, Decision, Outcome, PastPush, RoundState, Urgency
+from backthink.quiet import in_quiet_hours
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 NEW_YORK = ZoneInfo("America/New_York")
@@ -101,6 +100,7 @@ def run(
             last_owner_message_at=last_owner, owner_channels=owner_channels, pushes=pushes
         ),
         connected=connected,
+        session_channel="web",
         settings=cfg,
         tz=tz,
         started_at=started_at if started_at is not None else at - timedelta(minutes=2),
@@ -646,12 +646,37 @@ def test_choose_channel(
 ) -> None:
     """Named if connected, else the owner's latest connected channel, else the default."""
     chosen, notes = choose_channel(
-        named, owner_channels=owner_channels, connected=connected, default_channel=default
+        named,
+        owner_channels=owner_channels,
+        connected=connected,
+        default_channel=default,
+        session_channel="web",
     )
     assert chosen == channel
     assert bool(notes) is noted
     if noted:
         assert any(repr(named) in note for note in notes)
+
+
+@pytest.mark.parametrize(
+    ("session", "chosen"),
+    [
+        pytest.param("chat", "chat", id="the-web-type-channel-by-its-own-name"),
+        pytest.param(None, "phone", id="no-session-channel-falls-through"),
+    ],
+)
+def test_a_message_without_channel_counts_as_the_session_channel(
+    session: str | None, chosen: str
+) -> None:
+    """The owner's channel-less message names the web-type channel, whatever it is called."""
+    got, _ = choose_channel(
+        None,
+        owner_channels=(None, "phone"),
+        connected=("phone", "chat"),
+        default_channel=None,
+        session_channel=session,
+    )
+    assert got == chosen
 
 
 @pytest.mark.parametrize(
@@ -750,25 +775,12 @@ def test_evaluate_rejects_a_no_push_decision() -> None:
             state=AVAILABLE,
             history=GateHistory(),
             connected=("web",),
+            session_channel="web",
             settings=DEFAULTS,
             tz=SHANGHAI,
             started_at=NOON,
             at=NOON,
         )
-
-
-@pytest.mark.parametrize(
-    ("cfg", "back"),
-    [
-        pytest.param(DEFAULTS, timedelta(hours=24), id="defaults"),
-        pytest.param(GateSettings(duplicate_window="48h"), timedelta(hours=48), id="long-dedup"),
-        pytest.param(GateSettings(min_interval="30h"), timedelta(hours=30), id="long-interval"),
-        pytest.param(GateSettings(duplicate_window="1h"), timedelta(days=1), id="at-least-a-day"),
-    ],
-)
-def test_history_horizon(cfg: GateSettings, back: timedelta) -> None:
-    """Pushes matter back to the longest gate window, and never less than a day."""
-    assert history_horizon(cfg, NOON) == NOON - back
 
 
 # --- Generated inputs --------------------------------------------------------------------------
@@ -874,6 +886,7 @@ def gate_inputs(
         "state": draw(state_strategy),
         "history": history,
         "connected": draw(st.sampled_from(CONNECTED_SETS)),
+        "session_channel": draw(st.sampled_from([None, "web"])),
         "settings": cfg,
         "started_at": at - timedelta(seconds=draw(st.integers(0, 3600))),
         "at": at,

@@ -153,7 +153,8 @@ async def test_no_model_configured() -> None:
     thinker, _ = make(None)
     record = await thinker.run_round("o", "heartbeat")
     assert (record.outcome, record.reason) == (Outcome.FAILED, "model_error")
-    assert record.notes == ["no model endpoint configured"]
+    (note,) = record.notes
+    assert note.startswith("no model endpoint configured: set model.base_url")
 
 
 async def test_history_read_failure_fails_the_round_before_the_model() -> None:
@@ -167,12 +168,11 @@ async def test_history_read_failure_fails_the_round_before_the_model() -> None:
     assert await rounds.list() == [record]
 
 
-async def test_prepare_degrades_to_prompt_only() -> None:
-    """A dry run whose history read fails still shows the prompt, and says why."""
+async def test_prepare_fails_when_the_history_cannot_be_read() -> None:
+    """A dry run whose history read fails says so: no request is shown without its history."""
     thinker, _ = make(ScriptedModel("[我决定:no_push]"), store=BrokenStore())
-    request = await thinker.prepare("o", "heartbeat", at=datetime(2026, 11, 30, 6, tzinfo=UTC))
-    assert [m.role for m in request.messages] == ["system", "user"]
-    assert request.notes == ["context_unavailable: database is locked"]
+    with pytest.raises(StoreError, match="database is locked"):
+        await thinker.prepare("o", "heartbeat")
 
 
 async def test_startup_uses_startup_prompt() -> None:

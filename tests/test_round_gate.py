@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from backthink.config import Settings
-from backthink.delivery import RESUMED_NOTE, Dispatcher
 from backthink.models import (
     Availability,
     Delivery,
@@ -20,9 +19,9 @@ from backthink.models import (
     ModelReply,
     Outcome,
     OutgoingMessage,
-    RoundRecord,
     RoundState,
 )
+from backthink.record import RESUMED_NOTE
 from backthink.testing import (
     FakeClock,
     RecordingChannel,
@@ -30,7 +29,7 @@ from backthink.testing import (
     ScriptedModel,
     StaticState,
     make_rig,
-    no_sleep,
+    proactive_messages,
 )
 
 PROMPTS = Path(__file__).resolve().parent.parent / "config/prompts"
@@ -47,7 +46,10 @@ def settings(**gate: object) -> Settings:
             "persona": {"id": "cyrene", "name": "昔涟"},
             "prompt": {"dir": str(PROMPTS)},
             "gate": {"default_channel": "web", **gate},
-            "channels": {"web": {"type": "web"}, "phone": {"type": "web"}},
+            "channels": {
+                "web": {"type": "web"},
+                "phone": {"type": "webhook", "url": "http://127.0.0.1:9/never-sent"},
+            },
         }
     )
 
@@ -87,7 +89,7 @@ async def test_delivered_push_is_written_back_and_sent() -> None:
     assert isinstance(web, RecordingChannel)
     assert [m.text for m in web.sent] == ["组会加油。"]
     assert web.sent[0].round_id == record.id
-    (written,) = await r.messages.proactive("o", 10)
+    (written,) = await proactive_messages(r.messages, "o", 10)
     assert (written.role, written.speaker, written.channel, written.origin) == (
         "assistant",
         "cyrene",
@@ -197,7 +199,7 @@ async def test_failing_channel_ends_failed_after_retries() -> None:
     delivery = await r.outbox.get(record.id)
     assert delivery is not None and delivery.status is DeliveryStatus.FAILED
     assert delivery.attempts == 3 and delivery.last_error == "scripted failure"
-    assert len(await r.messages.proactive("o", 10)) == 1
+    assert len(await proactive_messages(r.messages, "o", 10)) == 1
 
 
 async def test_transient_failure_is_retried() -> None:
@@ -247,60 +249,72 @@ async def test_single_flight_per_owner() -> None:
         assert (await other).reason == "no_push"
 
 
-async def test_resume_sends_pending_and_records_the_round() -> None:
-    """A delivery left pending by a crash is sent at start and its round recorded once."""
-    r, _ = rig()
-    record = RoundRecord(
-        id="r1",
-        owner_id="o",
-        trigger="heartbeat",
-        started_at=NOON,
-        finished_at=NOON,
-        outcome=Outcome.DELIVERED,
-        reason="web",
-        push=True,
-        body="hi",
-        channel="web",
-    )
+def left_behind(round_id: str, channel: str, status: DeliveryStatus) -> tuple[Delivery, Message]:
+    """An outbox row and its write-back, as a process that died mid-round left them."""
     message = OutgoingMessage(
-        round_id="r1", owner_id="o", persona_id="c", text="hi", created_at=NOON
+        round_id=round_id, owner_id="o", persona_id="c", text="hi", created_at=NOON
     )
     delivery = Delivery(
-        id="r1",
+        id=round_id,
         owner_id="o",
-        channel="web",
+        channel=channel,
         message=message,
+        status=status,
+        attempts=1 if status is DeliveryStatus.SENT else 0,
         created_at=NOON,
         updated_at=NOON,
-        round_record=record,
+        trigger="cron",
     )
     writeback = Message(
         owner_id="o",
         role="assistant",
         text="hi",
         origin="proactive",
-        channel="web",
+        channel=channel,
         created_at=NOON,
     )
+    return delivery, writeback
+
+
+async def test_resume_sends_pending_and_records_the_round() -> None:
+    """A delivery left pending by a crash is sent at start and its round recorded once."""
+    r, _ = rig()
+    delivery, writeback = left_behind("r1", "web", DeliveryStatus.PENDING)
     assert await r.outbox.commit(delivery, writeback)
     assert not await r.outbox.commit(delivery, writeback)
-    dispatcher = Dispatcher(r.outbox, r.channels, r.clock, sleep=no_sleep)
-    assert await dispatcher.resume(r.rounds) == 1
-    assert await dispatcher.resume(r.rounds) == 0
+    assert await r.thinker.resume() == 1
+    assert await r.thinker.resume() == 0
     web = r.channels["web"]
     assert isinstance(web, RecordingChannel) and len(web.sent) == 1
     saved = await r.rounds.get("r1")
-    assert saved is not None and saved.outcome is Outcome.DELIVERED
+    assert saved is not None
+    assert (saved.outcome, saved.reason, saved.trigger) == (Outcome.DELIVERED, "web", "cron")
+    assert (saved.body, saved.channel, saved.push) == ("hi", "web", True)
     assert RESUMED_NOTE in saved.notes
-    assert len(await r.messages.proactive("o", 10)) == 1
+    assert len(await proactive_messages(r.messages, "o", 10)) == 1
+
+
+async def test_resume_records_a_finished_delivery_whose_round_was_not_recorded() -> None:
+    """A process that died between a delivery and its round's record: the next start records it."""
+    model = ScriptedModel()
+    r = make_rig(settings(), model=model, clock=FakeClock(NOON), channels=[])
+    delivery, writeback = left_behind("r2", "web", DeliveryStatus.SENT)
+    assert await r.outbox.commit(delivery, writeback)
+    assert await r.thinker.resume() == 1
+    saved = await r.rounds.get("r2")
+    assert saved is not None and (saved.outcome, saved.reason) == (Outcome.DELIVERED, "web")
+    assert await r.thinker.resume() == 0
+    # An old row stays alone: the search looks back one day.
+    r.clock.advance(timedelta(days=2))
+    old, old_writeback = left_behind("r3", "web", DeliveryStatus.SENT)
+    assert await r.outbox.commit(old, old_writeback)
+    assert await r.thinker.resume() == 0
 
 
 class LockedOutbox:
     """An outbox whose commit fails like a locked database."""
 
-    async def commit(
-        self, delivery: Delivery, writeback: Message, *, record: RoundRecord | None = None
-    ) -> bool:
+    async def commit(self, delivery: Delivery, writeback: Message) -> bool:
         from backthink.errors import StoreError
 
         raise StoreError("could not commit delivery: database is locked")
@@ -309,7 +323,7 @@ class LockedOutbox:
 async def test_store_failure_after_the_model_keeps_the_decision() -> None:
     """A failing outbox ends the round store_error, with the decision and tokens recorded."""
     r, _ = rig(PUSH)
-    r.thinker._outbox = LockedOutbox()  # type: ignore[assignment]
+    r.dispatcher._outbox = LockedOutbox()  # type: ignore[assignment]
     record = await r.thinker.run_round("o", "heartbeat")
     assert (record.outcome, record.reason) == (Outcome.FAILED, "store_error")
     assert record.push is True and record.body == "组会加油。"
@@ -323,28 +337,25 @@ async def test_a_body_that_repeats_the_prompt_is_not_delivered() -> None:
     record = await r.thinker.run_round("o", "heartbeat")
     assert (record.outcome, record.reason) == (Outcome.SUPPRESSED, "parse_failed")
     assert "echoed_prompt" in record.notes
-    assert await r.messages.proactive("o", 5) == []
+    assert await proactive_messages(r.messages, "o", 5) == []
 
 
 async def test_a_web_delivery_is_committed_as_sent_with_its_write_back() -> None:
-    """The web channel's delivery is the write-back: one commit, sent, nothing to dispatch."""
-    from backthink.channels.web import WebChannel
-
+    """The session channel's delivery is the write-back: one commit, sent, nothing to send."""
     model = ScriptedModel(PUSH)
-    r = make_rig(settings(), model=model, clock=FakeClock(NOON), channels=[WebChannel("web")])
+    r = make_rig(settings(), model=model, clock=FakeClock(NOON), channels=[])
+    assert r.dispatcher.session_channel == "web"
 
-    class NoDispatch:
-        async def send(self, delivery: Delivery) -> None:
-            raise AssertionError("a web delivery was dispatched")
+    async def no_send(delivery: Delivery) -> None:
+        raise AssertionError("a web delivery was dispatched")
 
-    r.thinker._dispatcher = NoDispatch()  # type: ignore[assignment]
+    r.dispatcher.send = no_send  # type: ignore[assignment, method-assign]
     record = await r.thinker.run_round("o", "heartbeat")
     assert (record.outcome, record.reason, record.channel) == (Outcome.DELIVERED, "web", "web")
     row = await r.outbox.get(record.id)
     assert row is not None
     assert (row.status, row.attempts, row.next_attempt_at) == (DeliveryStatus.SENT, 1, None)
     assert await r.outbox.pending() == []
-    (written,) = await r.messages.proactive("o", 5)
+    (written,) = await proactive_messages(r.messages, "o", 5)
     assert (written.text, written.channel) == ("组会加油。", "web")
-    # The round was recorded in the same commit, once.
     assert await r.rounds.list() == [record]

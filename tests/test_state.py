@@ -7,7 +7,7 @@ import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from backthink.models import Availability
+from backthink.models import Availability, StateProblem
 from backthink.state import FileStateProvider
 
 AT = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
@@ -55,10 +55,12 @@ def test_missing_file(tmp_path: Path) -> None:
 
 def test_broken_file_is_reported(tmp_path: Path) -> None:
     """A file that does not parse is unknown and says why."""
-    assert provider(tmp_path, "{nope").read(AT).problem.startswith("state_invalid: not JSON")  # type: ignore[union-attr]
+    broken = provider(tmp_path, "{nope").read(AT)
+    assert broken.problem is StateProblem.INVALID
+    assert broken.note is not None and broken.note.startswith("state_invalid: not JSON")
     bad = provider(tmp_path, {"availability": "asleep", "updated_at": AT.isoformat()}).read(AT)
-    assert bad.problem is not None and bad.problem.startswith("state_invalid: availability")
-    assert provider(tmp_path, "[1]").read(AT).problem == (
+    assert bad.note is not None and bad.note.startswith("state_invalid: availability")
+    assert provider(tmp_path, "[1]").read(AT).note == (
         "state_invalid: the document must be a JSON object"
     )
 

@@ -33,9 +33,10 @@ from backthink.store import (
     migrate,
     open_store,
 )
-from backthink.store.messages import channels_query, recent_query
+from backthink.store.messages import _newest, _newest_owner_channels
 from backthink.store.migrator import alembic_config
 from backthink.store.tables import metadata
+from backthink.testing import proactive_messages
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 PLUS_8 = timezone(timedelta(hours=8))
@@ -148,7 +149,7 @@ async def test_negative_limits_are_refused(messages: AnyMessageStore) -> None:
     with pytest.raises(ValueError, match="limit"):
         await messages.recent("ana", -1)
     with pytest.raises(ValueError, match="limit"):
-        await messages.last_channels("ana", limit=-1)
+        await messages.owner_activity("ana", messages=-1, pushes=1)
 
 
 async def test_sessions_and_owners_are_isolated(messages: AnyMessageStore) -> None:
@@ -212,46 +213,6 @@ async def test_add_with_a_taken_id_fails(messages: AnyMessageStore) -> None:
     assert texts(await messages.recent("ana", 10)) == ["a"]
 
 
-async def test_last_message_is_the_newest_optionally_of_a_role(messages: AnyMessageStore) -> None:
-    """last_message finds the newest message, or the newest of a role, or None."""
-    assert await messages.last_message("ana") is None
-    await messages.add_many(
-        [
-            msg("u1", at=T0),
-            msg("a1", at=T0 + timedelta(minutes=1), role="assistant"),
-            msg("u2", at=T0 + timedelta(minutes=2)),
-            msg("a2", at=T0 + timedelta(minutes=2), role="assistant"),
-        ]
-    )
-    newest = await messages.last_message("ana")
-    newest_user = await messages.last_message("ana", role="user")
-    assert newest is not None and newest.text == "a2"
-    assert newest_user is not None and newest_user.text == "u2"
-    assert await messages.last_message("ana", role="system") is None
-    assert await messages.last_message("ana", session_id="side") is None
-
-
-async def test_last_channels_newest_first_of_a_role(messages: AnyMessageStore) -> None:
-    """last_channels lists (channel, time) of the newest user messages, newest first."""
-    await messages.add_many(
-        [
-            msg("u1", at=T0, channel="tg"),
-            msg("a1", at=T0 + timedelta(minutes=1), role="assistant", channel="mail"),
-            msg("u2", at=T0 + timedelta(minutes=2)),
-            msg("u3", at=T0 + timedelta(minutes=3), channel="tg"),
-        ]
-    )
-    assert await messages.last_channels("ana") == [
-        ("tg", T0 + timedelta(minutes=3)),
-        (None, T0 + timedelta(minutes=2)),
-        ("tg", T0),
-    ]
-    assert await messages.last_channels("ana", limit=1) == [("tg", T0 + timedelta(minutes=3))]
-    every_role = await messages.last_channels("ana", role=None, limit=3)
-    assert [channel for channel, _ in every_role] == ["tg", None, "mail"]
-    assert await messages.last_channels("bo") == []
-
-
 async def test_session_view_reads_recent_and_the_owners_last_word(
     messages: AnyMessageStore,
 ) -> None:
@@ -295,7 +256,6 @@ async def test_owner_activity_reads_owner_channels_and_pushes(messages: AnyMessa
         ]
     )
     activity = await messages.owner_activity("ana", messages=5, pushes=5)
-    assert activity.owner_messages == await messages.last_channels("ana", limit=5)
     assert activity.owner_messages == [(None, T0 + timedelta(minutes=3)), ("tg", T0)]
     assert activity.pushes == [
         PastPush(T0 + timedelta(minutes=4), "p2", None),
@@ -309,8 +269,10 @@ async def test_owner_activity_reads_owner_channels_and_pushes(messages: AnyMessa
 
 
 @pytest.mark.parametrize("kind", ["sql", "memory"])
-async def test_a_completed_delivery_commits_with_its_round_record(kind: str, db_path: Path) -> None:
-    """commit(record=...) stores delivery, write-back and round together, or none of them."""
+async def test_the_outbox_commits_delivery_and_write_back_together(
+    kind: str, db_path: Path
+) -> None:
+    """commit stores a delivery with its write-back or neither; unrecorded finds unrecorded rows."""
     from backthink.models import Delivery, DeliveryStatus, OutgoingMessage
     from backthink.store import MemoryOutbox, SqlOutbox
 
@@ -321,9 +283,9 @@ async def test_a_completed_delivery_commits_with_its_round_record(kind: str, db_
         messages, rounds = MemoryMessageStore(), MemoryRoundStore()
         outbox = MemoryOutbox(messages, rounds)
 
-    def delivery(round_id: str) -> Delivery:
+    def delivery(round_id: str, at: datetime = T0) -> Delivery:
         message = OutgoingMessage(
-            round_id=round_id, owner_id="ana", persona_id="p", text="hi", created_at=T0
+            round_id=round_id, owner_id="ana", persona_id="p", text="hi", created_at=at
         )
         return Delivery(
             id=round_id,
@@ -332,21 +294,27 @@ async def test_a_completed_delivery_commits_with_its_round_record(kind: str, db_
             message=message,
             status=DeliveryStatus.SENT,
             attempts=1,
-            created_at=T0,
-            updated_at=T0,
+            created_at=at,
+            updated_at=at,
+            trigger="cron",
         )
 
     writeback = msg("hi", role="assistant", origin="proactive", channel="web")
-    done = record("r1", outcome=Outcome.DELIVERED, reason="web", channel="web")
-    assert await outbox.commit(delivery("r1"), writeback, record=done)
-    assert await rounds.get("r1") == done
-    assert texts(await messages.proactive("ana", 5)) == ["hi"]
-    # A write-back the database refuses leaves no delivery and no round behind.
+    assert await outbox.commit(delivery("r1"), writeback)
+    assert await outbox.get("r1") == delivery("r1")
+    assert texts(await proactive_messages(messages, "ana", 5)) == ["hi"]
+    assert not await outbox.commit(delivery("r1"), writeback)
+    # A write-back the database refuses leaves no delivery behind.
     broken = Message.model_construct(**{**dict(writeback), "text": None})
     with pytest.raises(StoreError):
-        await outbox.commit(delivery("r2"), broken, record=record("r2"))
+        await outbox.commit(delivery("r2"), broken)
     assert await outbox.get("r2") is None
-    assert await rounds.get("r2") is None
+    # Rows whose round has no record, from `since` on, oldest first.
+    assert await outbox.commit(delivery("r0", at=T0 - timedelta(days=3)), writeback)
+    assert [d.id for d in await outbox.unrecorded(since=T0 - timedelta(days=1))] == ["r1"]
+    await rounds.save(record("r1"))
+    assert await outbox.unrecorded(since=T0 - timedelta(days=1)) == []
+    assert [d.id for d in await outbox.unrecorded(since=T0 - timedelta(days=4))] == ["r0"]
     if kind == "sql":
         await db.dispose()
 
@@ -457,11 +425,10 @@ async def test_reading_the_newest_messages_walks_the_index(engine: AsyncEngine) 
         await conn.exec_driver_sql("ANALYZE")
     by_session = "INDEX ix_message_recent (owner_id=? AND session_id=?)"
     by_role = "INDEX ix_message_role (owner_id=? AND session_id=? AND role=?)"
+    params = {"owner_id": "o1", "session_id": "main"}
     queries = {
-        "recent": (recent_query("o1", 20), by_session),
-        "last of a role": (recent_query("o1", 1, role="user"), by_role),
-        "channels": (channels_query("o1", 50), by_role),
-        "channels of every role": (channels_query("o1", 50, role=None), by_session),
+        "recent": (_newest().params(limit=20, **params), by_session),
+        "the owner's channels": (_newest_owner_channels().params(limit=50, **params), by_role),
     }
     for name, (query, index) in queries.items():
         plan = await _plan(engine, query)
@@ -696,7 +663,7 @@ async def test_upgrading_from_the_first_schema_keeps_every_row(db_path: Path) ->
         await db.dispose()
         assert kept.text == "kept" and kept.created_at == datetime(2026, 11, 30, tzinfo=UTC)
         with sqlite3.connect(db_path) as raw:
-            row = raw.execute("SELECT id, owner_id, round_record FROM delivery").fetchone()
+            row = raw.execute("SELECT id, owner_id, trigger FROM delivery").fetchone()
             version = raw.execute("SELECT version_num FROM alembic_version").fetchone()
         assert row == ("r1", "default", None)
         assert version == (ScriptDirectory.from_config(alembic_config()).get_current_head(),)

@@ -1,4 +1,8 @@
-"""Delivery channels: the main session itself, a signed JSON webhook, and any apprise URL."""
+"""Delivery channels that send: a signed JSON webhook, and any apprise URL.
+
+The main session itself (a channel of type web) has no sender: the write-back
+of the message is its delivery (see `backthink.delivery`).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,6 @@ from collections.abc import Mapping
 from typing import assert_never
 
 from backthink.channels.apprise import AppriseChannel
-from backthink.channels.web import WebChannel
 from backthink.channels.webhook import WebhookChannel, sign, verify
 from backthink.config import (
     AppriseChannelSettings,
@@ -16,9 +19,10 @@ from backthink.config import (
 )
 from backthink.ports import Channel
 
+SenderSettings = WebhookChannelSettings | AppriseChannelSettings
+
 __all__ = [
     "AppriseChannel",
-    "WebChannel",
     "WebhookChannel",
     "build_channel",
     "build_channels",
@@ -27,8 +31,8 @@ __all__ = [
 ]
 
 
-def build_channel(name: str, settings: ChannelSettings) -> Channel:
-    """Build one channel from its settings.
+def build_channel(name: str, settings: SenderSettings) -> Channel:
+    """Build one sending channel from its settings.
 
     Args:
         name: the channel's name in the configuration.
@@ -40,8 +44,6 @@ def build_channel(name: str, settings: ChannelSettings) -> Channel:
     Raises:
         ConfigError: the settings cannot work (e.g. a URL apprise does not understand).
     """
-    if isinstance(settings, WebChannelSettings):
-        return WebChannel(name)
     if isinstance(settings, WebhookChannelSettings):
         return WebhookChannel(name, settings)
     if isinstance(settings, AppriseChannelSettings):
@@ -50,7 +52,7 @@ def build_channel(name: str, settings: ChannelSettings) -> Channel:
 
 
 def build_channels(channels: Mapping[str, ChannelSettings]) -> dict[str, Channel]:
-    """Build every configured channel, in configuration order.
+    """Build every configured channel that sends (all but type web), in configuration order.
 
     Args:
         channels: `Settings.channels`, name to settings.
@@ -61,4 +63,8 @@ def build_channels(channels: Mapping[str, ChannelSettings]) -> dict[str, Channel
     Raises:
         ConfigError: one channel's settings cannot work; the message names its key.
     """
-    return {name: build_channel(name, settings) for name, settings in channels.items()}
+    return {
+        name: build_channel(name, settings)
+        for name, settings in channels.items()
+        if not isinstance(settings, WebChannelSettings)
+    }

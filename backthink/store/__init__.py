@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from backthink.config import DatabaseSettings
 from backthink.store.database import Database
 from backthink.store.engine import BUSY_TIMEOUT_MS, create_engine
 from backthink.store.memory import MemoryMessageStore, MemoryOutbox, MemoryRoundStore
@@ -19,10 +24,22 @@ __all__ = [
     "SqlMessageStore",
     "SqlOutbox",
     "SqlRoundStore",
+    "SqlStores",
     "create_engine",
     "migrate",
+    "open_database",
     "open_store",
 ]
+
+
+@dataclass(frozen=True)
+class SqlStores:
+    """The stores of one open database; they share its engine and connections."""
+
+    db: Database
+    messages: SqlMessageStore
+    rounds: SqlRoundStore
+    outbox: SqlOutbox
 
 
 async def open_store(
@@ -31,7 +48,7 @@ async def open_store(
     """Create the engine for `url`, migrate it to the newest schema and build both stores.
 
     The caller owns the database and disposes of it (`await db.dispose()`) on shutdown;
-    `SqlOutbox(db)` shares it.
+    `SqlOutbox(db)` shares it. Commands use `open_database`, which closes it for them.
 
     Raises:
         StoreError: the database cannot be opened or migrated.
@@ -45,3 +62,17 @@ async def open_store(
         raise
     db = Database(engine, busy_timeout_ms=busy_timeout_ms)
     return db, SqlMessageStore(db), SqlRoundStore(db)
+
+
+@asynccontextmanager
+async def open_database(settings: DatabaseSettings) -> AsyncIterator[SqlStores]:
+    """Open (and migrate) the configured database for the length of an `async with` block.
+
+    Raises:
+        StoreError: the database cannot be opened or migrated.
+    """
+    db, messages, rounds = await open_store(settings.url, busy_timeout_ms=settings.busy_timeout_ms)
+    try:
+        yield SqlStores(db, messages, rounds, SqlOutbox(db))
+    finally:
+        await db.dispose()

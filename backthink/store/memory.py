@@ -6,6 +6,7 @@ import builtins
 from bisect import insort
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
+from itertools import islice
 
 from pydantic import ValidationError
 
@@ -99,62 +100,27 @@ class MemoryMessageStore:
             return []
         return self._sessions.get((owner_id, session_id), [])[-limit:]
 
-    async def last_message(
-        self, owner_id: str, *, role: str | None = None, session_id: str = MAIN_SESSION
-    ) -> Message | None:
-        """Return the newest message of a session, optionally of one role; None if there is none."""
-        return next(self._newest_first(owner_id, session_id, role), None)
-
-    async def last_channels(
-        self,
-        owner_id: str,
-        *,
-        role: str | None = "user",
-        limit: int = 50,
-        session_id: str = MAIN_SESSION,
-    ) -> builtins.list[tuple[str | None, datetime]]:
-        """Return (channel, created_at) of the newest `limit` messages of a role, newest first."""
-        _check_limit(limit)
-        found: builtins.list[tuple[str | None, datetime]] = []
-        for message in self._newest_first(owner_id, session_id, role):
-            if len(found) == limit:
-                break
-            found.append((message.channel, message.created_at))
-        return found
-
-    async def proactive(
-        self, owner_id: str, limit: int, *, session_id: str = MAIN_SESSION
-    ) -> builtins.list[Message]:
-        """Return the newest `limit` proactive messages of a session, newest first."""
-        _check_limit(limit)
-        found: builtins.list[Message] = []
-        for message in self._newest_first(owner_id, session_id, None):
-            if len(found) == limit:
-                break
-            if message.origin == "proactive":
-                found.append(message)
-        return found
-
     async def session_view(
         self, owner_id: str, limit: int, *, session_id: str = MAIN_SESSION
     ) -> SessionView:
         """Return the last `limit` messages (oldest first) and when the owner last wrote."""
         recent = await self.recent(owner_id, limit, session_id=session_id)
-        owner = await self.last_message(owner_id, role="user", session_id=session_id)
+        owner = next(self._newest_first(owner_id, session_id, "user"), None)
         return SessionView(recent=recent, last_owner_message_at=owner.created_at if owner else None)
 
     async def owner_activity(
         self, owner_id: str, *, messages: int, pushes: int, session_id: str = MAIN_SESSION
     ) -> OwnerActivity:
         """Return the owner's newest `messages` (channel, time) and the newest `pushes`."""
+        _check_limit(messages)
+        _check_limit(pushes)
+        owner = islice(self._newest_first(owner_id, session_id, "user"), messages)
+        proactive = (
+            m for m in self._newest_first(owner_id, session_id, None) if m.origin == "proactive"
+        )
         return OwnerActivity(
-            owner_messages=await self.last_channels(
-                owner_id, role="user", limit=messages, session_id=session_id
-            ),
-            pushes=[
-                PastPush(m.created_at, m.text, m.channel)
-                for m in await self.proactive(owner_id, pushes, session_id=session_id)
-            ],
+            owner_messages=[(m.channel, m.created_at) for m in owner],
+            pushes=[PastPush(m.created_at, m.text, m.channel) for m in islice(proactive, pushes)],
         )
 
 
@@ -213,19 +179,13 @@ class MemoryOutbox:
         self._rounds = rounds
         self._rows: dict[str, Delivery] = {}
 
-    async def commit(
-        self, delivery: Delivery, writeback: Message, *, record: RoundRecord | None = None
-    ) -> bool:
-        """Store the row, the write-back message and `record` together; False if the id exists."""
+    async def commit(self, delivery: Delivery, writeback: Message) -> bool:
+        """Store the row and the write-back message together; False if the id exists."""
         if delivery.id in self._rows:
             return False
-        if record is not None and await self._rounds.get(record.id) is not None:
-            raise StoreError(f"could not commit delivery: round {record.id!r} is already stored")
         # _store validates before keeping anything, so a bad message keeps no row either.
         self._messages._store([writeback])
         self._rows[delivery.id] = delivery
-        if record is not None:
-            await self._rounds.save(record)
         return True
 
     async def get(self, delivery_id: str) -> Delivery | None:
@@ -236,6 +196,16 @@ class MemoryOutbox:
         """Return pending deliveries, the earliest due first."""
         rows = [d for d in self._rows.values() if d.status is DeliveryStatus.PENDING]
         rows.sort(key=lambda d: (d.next_attempt_at or d.created_at, d.created_at))
+        return rows[:limit]
+
+    async def unrecorded(self, *, since: datetime, limit: int = 100) -> builtins.list[Delivery]:
+        """Return deliveries created at or after `since` whose round has no record, oldest first."""
+        rows = [
+            d
+            for d in self._rows.values()
+            if d.created_at >= since and await self._rounds.get(d.id) is None
+        ]
+        rows.sort(key=lambda d: d.created_at)
         return rows[:limit]
 
     async def update(

@@ -23,21 +23,16 @@ _NEWEST_FIRST = (col(MessageRow.created_at).desc(), col(MessageRow.id).desc())
 
 
 @cache
-def _newest(*, role: bool = False, origin: bool = False) -> SelectOfScalar[MessageRow]:
+def _newest() -> SelectOfScalar[MessageRow]:
     """The newest messages of a session, newest first, with bound parameters.
 
-    Built once per shape and executed with a parameter dict, so a round pays
-    for no statement construction; the parameters are `owner_id`,
-    `session_id`, `limit` and, when asked for, `role` and `origin`.
+    Built once and executed with a parameter dict, so a round pays for no
+    statement construction; the parameters are `owner_id`, `session_id` and `limit`.
     """
     query = select(MessageRow).where(
         col(MessageRow.owner_id) == bindparam("owner_id"),
         col(MessageRow.session_id) == bindparam("session_id"),
     )
-    if role:
-        query = query.where(col(MessageRow.role) == bindparam("role"))
-    if origin:
-        query = query.where(col(MessageRow.origin) == bindparam("origin"))
     return query.order_by(*_NEWEST_FIRST).limit(bindparam("limit", type_=Integer))
 
 
@@ -53,42 +48,18 @@ def _newest_pushes() -> Select[datetime, str, str | None]:
 
 
 @cache
-def _newest_channels(*, role: bool = False) -> Select[str | None, datetime]:
-    """(channel, created_at) of the newest messages of a session, with bound parameters."""
+def _newest_owner_channels() -> Select[str | None, datetime]:
+    """(channel, created_at) of the owner's newest messages of a session, bound parameters."""
     query = select(col(MessageRow.channel), col(MessageRow.created_at)).where(
         col(MessageRow.owner_id) == bindparam("owner_id"),
         col(MessageRow.session_id) == bindparam("session_id"),
+        col(MessageRow.role) == "user",
     )
-    if role:
-        query = query.where(col(MessageRow.role) == bindparam("role"))
     return query.order_by(*_NEWEST_FIRST).limit(bindparam("limit", type_=Integer))
 
 
-def _params(owner_id: str, limit: int, session_id: str, **filters: str | None) -> dict[str, Any]:
-    params: dict[str, Any] = {"owner_id": owner_id, "session_id": session_id, "limit": limit}
-    params.update((name, value) for name, value in filters.items() if value is not None)
-    return params
-
-
-def recent_query(
-    owner_id: str,
-    limit: int,
-    *,
-    session_id: str = MAIN_SESSION,
-    role: str | None = None,
-    origin: str | None = None,
-) -> SelectOfScalar[MessageRow]:
-    """The newest `limit` messages of a session, newest first: a backward walk of its index."""
-    statement = _newest(role=role is not None, origin=origin is not None)
-    return statement.params(_params(owner_id, limit, session_id, role=role, origin=origin))
-
-
-def channels_query(
-    owner_id: str, limit: int, *, session_id: str = MAIN_SESSION, role: str | None = "user"
-) -> Select[str | None, datetime]:
-    """The channels and times of the newest `limit` messages, newest first."""
-    statement = _newest_channels(role=role is not None)
-    return statement.params(_params(owner_id, limit, session_id, role=role))
+def _params(owner_id: str, limit: int, session_id: str) -> dict[str, Any]:
+    return {"owner_id": owner_id, "session_id": session_id, "limit": limit}
 
 
 def _check_limit(limit: int) -> None:
@@ -187,47 +158,6 @@ class SqlMessageStore:
         newest_first.reverse()
         return newest_first
 
-    async def last_message(
-        self, owner_id: str, *, role: str | None = None, session_id: str = MAIN_SESSION
-    ) -> Message | None:
-        """Return the newest message of a session, optionally of one role; None if there is none."""
-        found = await self._rows(
-            _newest(role=role is not None), _params(owner_id, 1, session_id, role=role)
-        )
-        return found[0] if found else None
-
-    async def last_channels(
-        self,
-        owner_id: str,
-        *,
-        role: str | None = "user",
-        limit: int = 50,
-        session_id: str = MAIN_SESSION,
-    ) -> list[tuple[str | None, datetime]]:
-        """Return (channel, created_at) of the newest `limit` messages of a role, newest first.
-
-        `role=None` takes messages of every role. A None channel is the main
-        session's own interface.
-        """
-        _check_limit(limit)
-        query = _newest_channels(role=role is not None)
-        params = _params(owner_id, limit, session_id, role=role)
-        with store_errors("could not read messages"):
-            rows = await self._db.read(lambda c: c.execute(query, params).all())
-        return [(channel, created_at) for channel, created_at in rows]
-
-    async def proactive(
-        self, owner_id: str, limit: int, *, session_id: str = MAIN_SESSION
-    ) -> list[Message]:
-        """Return the newest `limit` proactive messages of a session, newest first.
-
-        One query on `ix_message_origin`, however many chat messages lie between.
-        """
-        _check_limit(limit)
-        return await self._rows(
-            _newest(origin=True), _params(owner_id, limit, session_id, origin="proactive")
-        )
-
     async def session_view(
         self, owner_id: str, limit: int, *, session_id: str = MAIN_SESSION
     ) -> SessionView:
@@ -238,13 +168,13 @@ class SqlMessageStore:
         """
         _check_limit(limit)
         recent_params = _params(owner_id, limit, session_id)
-        owner_params = _params(owner_id, 1, session_id, role="user")
+        owner_params = _params(owner_id, 1, session_id)
 
         def read(conn: Connection) -> tuple[Sequence[RowMapping], datetime | None]:
             rows = conn.execute(_newest(), recent_params).mappings().all()
             owner_at = next((row["created_at"] for row in rows if row["role"] == "user"), None)
             if owner_at is None:
-                found = conn.execute(_newest_channels(role=True), owner_params).first()
+                found = conn.execute(_newest_owner_channels(), owner_params).first()
                 owner_at = found[1] if found else None
             return rows, owner_at
 
@@ -262,11 +192,11 @@ class SqlMessageStore:
         """
         _check_limit(messages)
         _check_limit(pushes)
-        owner_params = _params(owner_id, messages, session_id, role="user")
+        owner_params = _params(owner_id, messages, session_id)
         push_params = _params(owner_id, pushes, session_id)
 
         def read(conn: Connection) -> OwnerActivity:
-            owner = conn.execute(_newest_channels(role=True), owner_params).all()
+            owner = conn.execute(_newest_owner_channels(), owner_params).all()
             found = conn.execute(_newest_pushes(), push_params).all()
             return OwnerActivity(
                 owner_messages=[(channel, at) for channel, at in owner],

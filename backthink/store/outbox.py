@@ -10,12 +10,11 @@ from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
-from backthink.models import Delivery, DeliveryStatus, Message, OutgoingMessage, RoundRecord
+from backthink.models import Delivery, DeliveryStatus, Message, OutgoingMessage
 from backthink.store.database import Database
 from backthink.store.failures import store_errors
 from backthink.store.messages import message_values
-from backthink.store.rounds import INSERT_ROUND, round_values
-from backthink.store.tables import DeliveryRow, MessageRow
+from backthink.store.tables import DeliveryRow, MessageRow, RoundRow
 
 # Built once: a delivered round commits one row of each and updates its delivery.
 _INSERT_DELIVERY = insert(DeliveryRow)
@@ -45,7 +44,7 @@ def _to_row(delivery: Delivery) -> dict[str, object]:
         "last_error": delivery.last_error,
         "created_at": delivery.created_at,
         "updated_at": delivery.updated_at,
-        "round_record": delivery.round_record.model_dump_json() if delivery.round_record else None,
+        "trigger": delivery.trigger,
     }
 
 
@@ -61,9 +60,7 @@ def _to_delivery(row: RowMapping) -> Delivery:
         last_error=row["last_error"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
-        round_record=RoundRecord.model_validate_json(row["round_record"])
-        if row["round_record"]
-        else None,
+        trigger=row["trigger"],
     )
 
 
@@ -74,13 +71,8 @@ class SqlOutbox:
         """Use `db`, which must already be migrated."""
         self._db = db
 
-    async def commit(
-        self, delivery: Delivery, writeback: Message, *, record: RoundRecord | None = None
-    ) -> bool:
-        """Store the outbox row and the write-back message (and `record`) in ONE transaction.
-
-        `record` is the round's final record, given when the delivery is committed
-        already sent (the web channel): the round is then recorded with it.
+    async def commit(self, delivery: Delivery, writeback: Message) -> bool:
+        """Store the outbox row and the write-back message in ONE transaction.
 
         Returns:
             False when a delivery with this id already exists ("already done":
@@ -90,13 +82,10 @@ class SqlOutbox:
             StoreError: the database failed; then none of the rows is stored.
         """
         row, message = _to_row(delivery), message_values(writeback)
-        finished = None if record is None else round_values(record)
 
         def both(conn: Connection) -> None:
             conn.execute(_INSERT_DELIVERY, row)
             conn.execute(_INSERT_MESSAGE, message)
-            if finished is not None:
-                conn.execute(INSERT_ROUND, finished)
 
         with store_errors("could not commit delivery"):
             try:
@@ -120,6 +109,19 @@ class SqlOutbox:
             select(DeliveryRow)
             .where(col(DeliveryRow.status) == DeliveryStatus.PENDING.value)
             .order_by(col(DeliveryRow.next_attempt_at), col(DeliveryRow.created_at))
+            .limit(limit)
+        )
+        with store_errors("could not read deliveries"):
+            rows = await self._db.read(lambda c: c.execute(query).mappings().all())
+            return [_to_delivery(row) for row in rows]
+
+    async def unrecorded(self, *, since: datetime, limit: int = 100) -> builtins.list[Delivery]:
+        """Return deliveries created at or after `since` whose round has no record, oldest first."""
+        query = (
+            select(DeliveryRow)
+            .outerjoin(RoundRow, col(RoundRow.id) == col(DeliveryRow.id))
+            .where(col(DeliveryRow.created_at) >= since.astimezone(UTC), col(RoundRow.id).is_(None))
+            .order_by(col(DeliveryRow.created_at))
             .limit(limit)
         )
         with store_errors("could not read deliveries"):

@@ -104,6 +104,7 @@ class DeliveryRow(_Table, table=True):
     __table_args__ = (
         CheckConstraint(_one_of("status", DELIVERY_STATUSES), name="status"),
         Index("ix_delivery_status_next", "status", "next_attempt_at"),
+        Index("ix_delivery_created", "created_at"),
     )
 
     id: str = Field(primary_key=True, sa_type=String)
@@ -116,9 +117,9 @@ class DeliveryRow(_Table, table=True):
     last_error: str | None = Field(default=None, sa_type=Text)
     created_at: datetime = Field(sa_type=UTCDateTime)
     updated_at: datetime = Field(sa_type=UTCDateTime)
-    # The round's record as it stood when the delivery was committed, so a round
-    # interrupted by a crash can still be recorded once its delivery completes.
-    round_record: str | None = Field(default=None, sa_type=Text)
+    # The trigger of the delivery's round: a round cut short by a crash is recorded
+    # from this row (its id is the round id) once the delivery completes.
+    trigger: str | None = Field(default=None, sa_type=String)
 
 
 class MarkRow(_Table, table=True):

@@ -15,7 +15,7 @@ from typing import Any, Final
 from backthink.footer import ECHOED_FOOTER, ECHOED_PROMPT, parse_footer
 from backthink.models import Message, RoundRecord, Urgency
 from backthink.store import open_store
-from backthink.testing import run_cli
+from backthink.testing import proactive_messages, run_cli
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 BASE_URL_ENV: Final = "BACKTHINK_LIVE_BASE_URL"
@@ -225,7 +225,7 @@ max_unanswered = 100000
     async def _push_count(self) -> int:
         engine, messages, _ = await open_store(self.database)
         try:
-            return len(await messages.proactive(OWNER_ID, 500))
+            return len(await proactive_messages(messages, OWNER_ID, 500))
         finally:
             await engine.dispose()
 
@@ -237,7 +237,7 @@ max_unanswered = 100000
         engine, messages, rounds = await open_store(self.database)
         try:
             record = await rounds.get(round_id)
-            pushes = await messages.proactive(OWNER_ID, 500)
+            pushes = await proactive_messages(messages, OWNER_ID, 500)
         finally:
             await engine.dispose()
         if record is None:
