@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from backthink.models import Reason
+
 
 class BackthinkError(Exception):
     """Root of every error backthink raises on purpose; its message is one clear line."""
@@ -28,13 +30,13 @@ class StoreError(BackthinkError):
 class ModelError(BackthinkError):
     """The model endpoint failed: HTTP error, refused connection, or an unusable reply."""
 
-    reason = "model_error"
+    reason: Reason = Reason.MODEL_ERROR
 
 
 class ModelTimeoutError(ModelError):
     """The model endpoint did not answer within the configured timeout."""
 
-    reason = "model_timeout"
+    reason: Reason = Reason.MODEL_TIMEOUT
 
 
 class ModelNotConfiguredError(ModelError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import Workdir
+from conftest import ROOT, Workdir
 from fake_openai import Fail, FakeOpenAI
 
 PUSH = "我想想……她昨天说组会紧张。\n[我决定:push]\n[紧急:warning]\n组会加油，你准备得很充分了。"
@@ -143,6 +143,16 @@ def test_dry_run_body_is_what_the_endpoint_receives(workdir: Workdir, fake: Fake
         k: v for k, v in shown.items() if k != "messages"
     }
     assert sent["messages"][:-1] == shown["messages"][:-1]
+
+
+def test_readme_think_json_example_is_real_output(workdir: Workdir, fake: FakeOpenAI) -> None:
+    """The README's think --json example is what a no-push round prints, round id aside."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = readme.split("`think --json` prints one object:")[1].split("```json")[1]
+    example = json.loads(block.split("```")[0])
+    fake.script("[我决定:no_push]")
+    result = workdir.think_json()
+    assert {**result, "round_id": "…"} == example
 
 
 def test_help_shows_switches_as_switches(workdir: Workdir) -> None:
