@@ -230,17 +230,33 @@ def reject_prompt_echo(decision: Decision, prompt: str) -> Decision:
 
 
 def _strip_thinking(text: str) -> tuple[str, bool]:
-    """Drop reasoning blocks; report whether one was left open."""
-    # Everything before the last closing tag is thinking: either a closed block or one
-    # whose opening tag the server already consumed. Slicing, not splicing, so no text
-    # from both sides of a block is ever joined.
-    closings = list(_THINK_CLOSE.finditer(text))
-    if closings:
-        text = text[closings[-1].end() :]
-    opening = _THINK_OPEN.search(text)
-    if opening is not None:
-        return text[: opening.start()], True
-    return text, False
+    """Drop reasoning blocks; report whether one was left open.
+
+    A closed block is cut out where it stands and the text on both sides is kept,
+    so a reply may think between its footer and its body. Only two things swallow
+    text: an opening tag that is never closed (the rest is thinking) and a closing
+    tag without an opening one (the server already consumed the opening tag, so
+    everything before it is thinking). A removed block leaves a line break behind:
+    tags never span lines, so the two sides can never join into a new tag.
+    """
+    kept: list[str] = []
+    pos = 0
+    while True:
+        opening = _THINK_OPEN.search(text, pos)
+        closing = _THINK_CLOSE.search(text, pos)
+        if closing is not None and (opening is None or closing.start() < opening.start()):
+            kept = []
+            pos = closing.end()
+        elif opening is not None:
+            kept.append(text[pos : opening.start()])
+            block_end = _THINK_CLOSE.search(text, opening.end())
+            if block_end is None:
+                return "".join(kept), True
+            kept.append("\n")
+            pos = block_end.end()
+        else:
+            kept.append(text[pos:])
+            return "".join(kept), False
 
 
 def _says_nothing(text: str) -> bool:
