@@ -534,9 +534,11 @@ def test_reject_echo_refuses_a_copied_footer() -> None:
     echoed = reject_echo(parse_footer(hostile), ["前面的话\n" + hostile])
     assert not echoed.push and ECHOED_FOOTER in echoed.problems
     assert suppression_reason(echoed) == "parse_failed"
-    own = parse_footer("[我决定:push]\n记得带伞。")
-    assert reject_echo(own, ["记得带伞。"]) == own  # quoting the owner without a footer is fine
+    own = parse_footer("[我决定:push]\n下雨了，出门记得带伞。")
+    assert reject_echo(own, ["记得带伞。"]) == own  # quoting a few of the owner's words is fine
     assert reject_echo(own, [hostile]) == own
+    parrot = parse_footer("[我决定:push]\n记得带伞。")
+    assert not reject_echo(parrot, ["记得带伞。"]).push  # repeating them whole is not
 
 
 def test_reject_prompt_echo_sees_through_rewritten_digits() -> None:
