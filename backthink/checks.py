@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from sqlalchemy.engine import make_url
-
 from backthink.app import MODEL_MISSING_HINT, read_persona_prompt
 from backthink.config import Settings
 from backthink.errors import BackthinkError, ModelNotConfiguredError
 from backthink.model_client import OpenAIModelClient
 from backthink.prompts import PromptBook
+from backthink.redact import redact_url
 from backthink.store import open_store
 
 
@@ -34,7 +33,7 @@ async def run_checks(settings: Settings) -> AsyncIterator[str]:
     kinds = ", ".join(f"{name} ({c.type})" for name, c in settings.channels.items())
     yield f"channels: {kinds or 'none configured'}"
 
-    safe_url = make_url(settings.database.url).render_as_string(hide_password=True)
+    safe_url = redact_url(settings.database.url)
     try:
         db, messages, _ = await open_store(
             settings.database.url, busy_timeout_ms=settings.database.busy_timeout_ms
@@ -57,4 +56,6 @@ async def run_checks(settings: Settings) -> AsyncIterator[str]:
         raise CheckError(f"model: {exc}") from None
     finally:
         await client.close()
-    yield (f"model: {settings.model.name} at {settings.model.base_url} ({detail})")
+    yield (
+        f"model: {settings.model.name} at {redact_url(settings.model.base_url or '')} ({detail})"
+    )

@@ -28,6 +28,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from backthink.errors import ConfigError
+from backthink.redact import redact_url
 
 DEFAULT_CONFIG_PATH = Path("config/backthink.toml")
 CONFIG_ENV = "BACKTHINK_CONFIG"
@@ -145,7 +146,7 @@ class ModelSettings(_Section):
         if value is None or not value.strip():
             return None
         if not re.match(r"https?://[^/\s]+", value):
-            raise ValueError(f"{value!r} is not an http(s) URL")
+            raise ValueError(f"{redact_url(value)!r} is not an http(s) URL")
         return value.strip()
 
 
@@ -248,7 +249,7 @@ class WebhookChannelSettings(_Section):
     @classmethod
     def _http_url(cls, value: str) -> str:
         if not re.match(r"https?://[^/\s]+", value):
-            raise ValueError(f"{value!r} is not an http(s) URL")
+            raise ValueError(f"{redact_url(value)!r} is not an http(s) URL")
         return value
 
 
