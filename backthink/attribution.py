@@ -5,7 +5,8 @@ assistant messages of another persona must not read as "something I said".
 Attribution travels only as extra system messages: it never reorders,
 rewrites or drops a message and never writes into a user or assistant body,
 because a user body is untrusted text and must never carry system-looking
-markup. When no message is labelled, it is a complete no-op.
+markup. Unless an assistant message of another persona is in the window, it is a
+complete no-op: a single-persona history needs no notes.
 """
 
 from __future__ import annotations
@@ -71,12 +72,16 @@ def attribute(
         language: the language of the notes; the markers never change.
 
     Returns:
-        The leading role-context system message (None when nothing is labelled)
-        and the conversation with a note before every change of speaker.
+        The leading role-context system message (None when no other persona
+        has spoken) and the conversation with a note before every change of
+        speaker. An assistant message without a speaker counts as the answering
+        persona's own: the daemon writes its pushes back under its persona, and
+        an unlabelled turn comes from a time when only one persona spoke.
     """
     text = _TEXT[language]
-    speakers = [_speaker_of(msg, speaker) for msg, speaker in conversation]
-    if not any(speakers):
+    current = current.strip()
+    speakers = [_speaker_of(msg, speaker, current) for msg, speaker in conversation]
+    if all(speaker in ("", current) for speaker in speakers):
         return None, [msg for msg, _ in conversation]
     out: list[ModelMessage] = []
     previous = ""
@@ -92,9 +97,9 @@ def attribute(
     return leading, out
 
 
-def _speaker_of(msg: ModelMessage, speaker: str | None) -> str:
+def _speaker_of(msg: ModelMessage, speaker: str | None, current: str) -> str:
     # A user message's sender name means something else (a third party in a group
     # chat), so only assistant turns are attributed.
-    if msg.role != "assistant" or speaker is None:
+    if msg.role != "assistant":
         return ""
-    return speaker.strip()
+    return (speaker or "").strip() or current

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from sqlalchemy.engine import make_url
-
 from backthink.app import MODEL_MISSING_HINT, build_app
 from backthink.config import Settings
 from backthink.errors import BackthinkError, ModelNotConfiguredError
 from backthink.model_client import OpenAIModelClient
+from backthink.redact import redact_url
 from backthink.store import open_database
 
 
@@ -34,7 +33,7 @@ async def run_checks(settings: Settings) -> AsyncIterator[str]:
     kinds = ", ".join(f"{name} ({c.type})" for name, c in settings.channels.items())
     yield f"channels: {kinds or 'none configured'}"
 
-    safe_url = make_url(settings.database.url).render_as_string(hide_password=True)
+    safe_url = redact_url(settings.database.url)
     try:
         async with open_database(settings.database) as store:
             await store.messages.recent(settings.owner.id, 1)
@@ -51,4 +50,6 @@ async def run_checks(settings: Settings) -> AsyncIterator[str]:
             detail = await client.probe()
     except BackthinkError as exc:
         raise CheckError(f"model: {exc}") from None
-    yield (f"model: {settings.model.name} at {settings.model.base_url} ({detail})")
+    yield (
+        f"model: {settings.model.name} at {redact_url(settings.model.base_url or '')} ({detail})"
+    )

@@ -18,6 +18,7 @@ from backthink import logs
 from backthink.config import Settings, load_settings, resolve_config_path
 from backthink.errors import BackthinkError, InputError
 from backthink.models import Outcome, RoundRecord
+from backthink.redact import redact_urls
 
 T = TypeVar("T")
 
@@ -378,7 +379,7 @@ def main() -> None:
     except BackthinkError as exc:
         if debug:
             raise
-        typer.echo(f"backthink: {exc}", err=True)
+        typer.echo(f"backthink: {redact_urls(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)
@@ -386,5 +387,7 @@ def main() -> None:
         # A bug must still read as one line; --debug shows the traceback.
         if debug:
             raise
-        typer.echo(f"backthink: unexpected error: {type(exc).__name__}: {exc}", err=True)
+        typer.echo(
+            f"backthink: unexpected error: {type(exc).__name__}: {redact_urls(str(exc))}", err=True
+        )
         sys.exit(1)

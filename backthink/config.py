@@ -28,6 +28,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from backthink.errors import ConfigError
+from backthink.redact import redact_url
 
 DEFAULT_CONFIG_PATH = Path("config/backthink.toml")
 CONFIG_ENV = "BACKTHINK_CONFIG"
@@ -145,7 +146,7 @@ class ModelSettings(_Section):
         if value is None or not value.strip():
             return None
         if not re.match(r"https?://[^/\s]+", value):
-            raise ValueError(f"{value!r} is not an http(s) URL")
+            raise ValueError(f"{redact_url(value)!r} is not an http(s) URL")
         return value.strip()
 
 
@@ -248,7 +249,7 @@ class WebhookChannelSettings(_Section):
     @classmethod
     def _http_url(cls, value: str) -> str:
         if not re.match(r"https?://[^/\s]+", value):
-            raise ValueError(f"{value!r} is not an http(s) URL")
+            raise ValueError(f"{redact_url(value)!r} is not an http(s) URL")
         return value
 
 
@@ -333,22 +334,64 @@ def load_settings(path: Path | None = None) -> Settings:
             raise ConfigError(f"config file {config_path}: {exc.strerror}") from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config file {config_path} is not valid TOML: {exc}") from None
+    overrides = _env_overrides(env)
     try:
         settings = Settings(**data)
     except ValidationError as exc:
-        raise ConfigError(f"{where}: {_first_problem(exc)}") from None
+        loc, problem = _first_problem(exc)
+        blamed = next((name for name, path in overrides.items() if _comes_from(path, loc)), None)
+        source = f"environment {blamed}" if blamed is not None else where
+        raise ConfigError(f"{source}: {problem}") from None
     if settings.model.api_key is None and env.get("OPENAI_API_KEY"):
         model = settings.model.model_copy(update={"api_key": SecretStr(env["OPENAI_API_KEY"])})
         settings = settings.model_copy(update={"model": model})
     return settings
 
 
-def _first_problem(exc: ValidationError) -> str:
-    """Render the first validation error as `key.path: message`."""
+def _env_overrides(env: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+    """Map each `BACKTHINK_<SECTION>[__<KEY>...]` variable to the config path it sets.
+
+    pydantic-settings silently ignores a variable whose section does not exist, so
+    a mistyped section would change nothing without a word; it is refused here.
+    Variables without `__` that name no section (BACKTHINK_CONFIG, or another
+    program's BACKTHINK_*) are not overrides and are left alone.
+
+    Raises:
+        ConfigError: a `BACKTHINK_X__...` variable whose section X does not exist.
+    """
+    prefix = Settings.model_config.get("env_prefix", "").lower()
+    delimiter = Settings.model_config.get("env_nested_delimiter") or "__"
+    overrides: dict[str, tuple[str, ...]] = {}
+    for name in env:
+        if not name.lower().startswith(prefix):
+            continue
+        path = tuple(name[len(prefix) :].lower().split(delimiter))
+        if path[0] in Settings.model_fields:
+            overrides[name] = path
+        elif len(path) > 1:
+            raise ConfigError(f"environment {name}: unknown section {path[0]}")
+    return overrides
+
+
+def _comes_from(path: tuple[str, ...], loc: tuple[str, ...]) -> bool:
+    """Whether an error at `loc` lies under the config path an environment variable sets.
+
+    The path's parts must appear in `loc` in order, first part first; `loc` may hold
+    more, such as the channel type that pydantic puts between a channel and its key.
+    """
+    if not loc or loc[0] != path[0]:
+        return False
+    rest = iter(loc)
+    return all(part in rest for part in path)
+
+
+def _first_problem(exc: ValidationError) -> tuple[tuple[str, ...], str]:
+    """Return the first validation error's location and its rendering as `key.path: message`."""
     err = exc.errors(include_url=False)[0]
-    key = ".".join(str(part) for part in err["loc"] if not str(part).endswith("Settings"))
+    parts = [str(part) for part in err["loc"] if not str(part).endswith("Settings")]
+    key = ".".join(parts)
     message = err["msg"]
     if err["type"] == "extra_forbidden":
         message = "unknown key"
     message = message.removeprefix("Value error, ")
-    return f"{key}: {message}" if key else message
+    return tuple(part.lower() for part in parts), (f"{key}: {message}" if key else message)

@@ -35,9 +35,9 @@ def conversation(
 ) -> list[ModelMessage]:
     """Build the conversation part of a request: role context, then attributed history.
 
-    The returned list starts with the role-context system message when any
-    assistant message carries a speaker, followed by the messages oldest first
-    with a speaker note before each change of speaker.
+    The returned list starts with the role-context system message when an
+    assistant message of another persona is in the window, followed by the
+    messages oldest first with a speaker note before each change of speaker.
     """
     pairs = [(to_model_message(m), m.speaker) for m in recent]
     leading, body = attribute(pairs, current=persona_id, names=names, language=language)

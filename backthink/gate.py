@@ -30,8 +30,10 @@ from backthink.models import (
     Urgency,
 )
 from backthink.quiet import in_quiet_hours
+from backthink.state import FUTURE_SKEW
 
 _SPACE_OR_PUNCT = re.compile(r"[\W_]+", re.UNICODE)
+FUTURE_OWNER_MESSAGE_NOTE = "the owner's last message is dated in the future; it is ignored"
 
 
 @dataclass(frozen=True)
@@ -66,8 +68,21 @@ class Verdict:
 
 
 def owner_active(last_owner_message_at: datetime | None, window: timedelta, at: datetime) -> bool:
-    """The owner wrote within `window` before `at`: a conversation is going on."""
-    return last_owner_message_at is not None and at - last_owner_message_at < window
+    """The owner wrote within `window` before `at`: a conversation is going on.
+
+    A message dated later than `at` plus `FUTURE_SKEW` was mis-dated (a wrong
+    clock or import), not written now; counting it would silence every round
+    until that date, so it is no activity.
+    """
+    last = _credible(last_owner_message_at, at)
+    return last is not None and at - last < window
+
+
+def _credible(last_owner_message_at: datetime | None, at: datetime) -> datetime | None:
+    """The owner's last message time, or None when it lies beyond the clock skew after `at`."""
+    if last_owner_message_at is None or last_owner_message_at > at + FUTURE_SKEW:
+        return None
+    return last_owner_message_at
 
 
 def pre_gate(
@@ -184,25 +199,29 @@ def evaluate(
     if blocked is not None:
         return Verdict(Outcome.SUPPRESSED, blocked)
 
-    last = history.last_owner_message_at
+    last = _credible(history.last_owner_message_at, at)
+    # A mis-dated message is neither activity nor an answer; the record says it was ignored.
+    skew_notes: tuple[str, ...] = (
+        () if last == history.last_owner_message_at else (FUTURE_OWNER_MESSAGE_NOTE,)
+    )
     if last is not None and (last > started_at or owner_active(last, settings.activity_window, at)):
         return Verdict(Outcome.SUPPRESSED, Reason.OWNER_ACTIVE)
 
     pushes = sorted(history.pushes, key=lambda p: p.at, reverse=True)
     if pushes and urgency is not Urgency.CRITICAL and at - pushes[0].at < settings.min_interval:
-        return Verdict(Outcome.SUPPRESSED, Reason.MIN_INTERVAL)
+        return Verdict(Outcome.SUPPRESSED, Reason.MIN_INTERVAL, notes=skew_notes)
     day_start = _local_midnight(at, tz)
     if sum(1 for p in pushes if p.at >= day_start) >= settings.daily_cap:
-        return Verdict(Outcome.SUPPRESSED, Reason.DAILY_CAP)
+        return Verdict(Outcome.SUPPRESSED, Reason.DAILY_CAP, notes=skew_notes)
 
     unanswered = sum(1 for p in pushes if last is None or p.at > last)
     if unanswered >= settings.max_unanswered and urgency is not Urgency.CRITICAL:
-        return Verdict(Outcome.SUPPRESSED, Reason.UNANSWERED)
+        return Verdict(Outcome.SUPPRESSED, Reason.UNANSWERED, notes=skew_notes)
 
     key = normalize_body(decision.body)
     horizon = at - settings.duplicate_window
     if any(p.at >= horizon and normalize_body(p.body) == key for p in pushes):
-        return Verdict(Outcome.SUPPRESSED, Reason.DUPLICATE)
+        return Verdict(Outcome.SUPPRESSED, Reason.DUPLICATE, notes=skew_notes)
 
     channel, notes = choose_channel(
         decision.channel,
@@ -212,8 +231,8 @@ def evaluate(
         session_channel=session_channel,
     )
     if channel is None:
-        return Verdict(Outcome.SUPPRESSED, Reason.NO_ROUTE, notes=notes)
-    return Verdict(Outcome.DELIVERED, channel, channel=channel, notes=notes)
+        return Verdict(Outcome.SUPPRESSED, Reason.NO_ROUTE, notes=skew_notes + notes)
+    return Verdict(Outcome.DELIVERED, channel, channel=channel, notes=skew_notes + notes)
 
 
 def _local_midnight(at: datetime, tz: ZoneInfo) -> datetime:

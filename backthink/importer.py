@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from backthink.errors import InputError
 from backthink.models import Message
+from backthink.state import FUTURE_SKEW
 
 ROLES = ("user", "assistant", "system")
 
@@ -77,14 +78,20 @@ def parse_one(
 ) -> Message:
     """Validate one message given as a dict.
 
+    A time later than `now` plus `FUTURE_SKEW` is refused: a message from the
+    future would count as the owner chatting right now until that date comes.
+
     Raises:
         InputError: `<where>: <key>: <what is wrong>`.
     """
     try:
-        return MessageInput.model_validate(data).to_message(owner_id, now=now, tz=tz)
+        message = MessageInput.model_validate(data).to_message(owner_id, now=now, tz=tz)
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
         key = ".".join(str(p) for p in err["loc"])
         msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
         msg = msg.removeprefix("Value error, ")
         raise InputError(f"{where}: {key}: {msg}" if key else f"{where}: {msg}") from None
+    if message.created_at > now + FUTURE_SKEW:
+        raise InputError(f"{where}: at: {message.created_at.isoformat()} is in the future")
+    return message

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 import structlog
+
+from backthink.redact import redact_urls
 
 
 def configure(
@@ -40,7 +42,7 @@ def configure(
     exc = structlog.processors.dict_tracebacks if json else structlog.processors.format_exc_info
     numeric = logging.getLevelNamesMapping()[level.upper()]
     structlog.configure(
-        processors=[*shared, exc, renderer],
+        processors=[*shared, exc, redact_event, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.PrintLoggerFactory(file=stream),
         cache_logger_on_first_use=False,
@@ -48,10 +50,36 @@ def configure(
     handler = logging.StreamHandler(stream)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
-            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, exc, renderer],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                exc,
+                redact_event,
+                renderer,
+            ],
             foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
         )
     )
     root = logging.getLogger()
     root.handlers = [handler]
     root.setLevel(max(numeric, logging.WARNING))
+
+
+def redact_event(
+    logger: object, method_name: str, event_dict: structlog.typing.EventDict
+) -> structlog.typing.EventDict:
+    """Mask credentials in every URL of a log line, tracebacks included.
+
+    Call sites log endpoints and errors as they are; this one processor makes
+    sure no `user:pass@` or `?token=` reaches the stream, whoever logged it.
+    """
+    return {key: _redact_value(value) for key, value in event_dict.items()}
+
+
+def _redact_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact_urls(value)
+    if isinstance(value, dict):
+        return {key: _redact_value(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_redact_value(item) for item in value)
+    return value

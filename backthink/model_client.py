@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from backthink.config import ModelSettings
 from backthink.errors import ModelError, ModelNotConfiguredError, ModelTimeoutError
 from backthink.models import ModelMessage, ModelReply
+from backthink.redact import redact_urls
 
 PLACEHOLDER_API_KEY = "not-needed"
 """Sent when no key is configured: local servers (llama.cpp, Ollama, vLLM) ignore it,
@@ -252,7 +253,7 @@ class OpenAIModelClient:
         """Shorten a server's text and remove the key and any echoed request text."""
         if self._api_key:
             text = text.replace(self._api_key, _REDACTED)
-        text = _KEY_LIKE.sub(_REDACTED, text)
+        text = _KEY_LIKE.sub(_REDACTED, redact_urls(text))
         for message in messages:
             for value in (message.text, message.image):
                 if value and value.strip():

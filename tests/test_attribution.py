@@ -57,6 +57,38 @@ def test_notes_before_each_speaker_change() -> None:
     ]
 
 
+def test_own_messages_alone_need_no_notes() -> None:
+    """A history whose assistant turns are all the answering persona's own is left as it is."""
+    recent = [
+        msg("user", "u1"),
+        msg("assistant", "a1", "cyrene"),
+        msg("assistant", "a2"),
+        msg("assistant", "a3", " cyrene "),
+    ]
+    plain = [msg(m.role, m.text) for m in recent]
+    names = {"cyrene": "昔涟"}
+    assert conversation(recent, persona_id="cyrene", names=names) == conversation(
+        plain, persona_id="cyrene", names=names
+    )
+
+
+def test_unlabelled_assistant_turn_is_the_answering_persona() -> None:
+    """Beside another persona, an assistant turn without a speaker is noted as one's own."""
+    recent = [
+        msg("assistant", "a1", "other"),
+        msg("assistant", "a2"),
+        msg("assistant", "a3", "cyrene"),
+    ]
+    out = conversation(recent, persona_id="cyrene", names={})
+    assert [(m.role, m.text) for m in out[1:]] == [
+        ("system", SPEAKER_SWITCH_MARKER + "以下发言来自「other」，不是你说的。"),
+        ("assistant", "a1"),
+        ("system", SPEAKER_SWITCH_MARKER + "以下发言来自你自己——「cyrene」。"),
+        ("assistant", "a2"),
+        ("assistant", "a3"),
+    ]
+
+
 def test_user_speaker_is_ignored() -> None:
     """A label on a user message never triggers attribution."""
     out = conversation([msg("user", "hi", speaker="cyrene")], persona_id="cyrene", names={})
@@ -96,7 +128,7 @@ speakers = st.one_of(st.none(), st.sampled_from(["a", "b", "c", " "]))
 
 @given(st.lists(st.tuples(roles, st.text(max_size=30), speakers), max_size=25))
 def test_attribution_only_adds_system_messages(items: list[tuple[str, str, str | None]]) -> None:
-    """Removing the added notes gives back the original messages, in order, byte for byte."""
+    """Notes are only added, and only when another persona has spoken in the window."""
     recent = [msg(r, t, s) for r, t, s in items]
     out = conversation(recent, persona_id="a", names={"a": "Ann"})
     plain = conversation([msg(r, t) for r, t, _ in items], persona_id="a", names={})
@@ -111,8 +143,10 @@ def test_attribution_only_adds_system_messages(items: list[tuple[str, str, str |
     ]
     assert kept == plain
     added = len(out) - len(plain)
-    labelled = any(r == "assistant" and s and s.strip() for r, _, s in items)
-    assert (added > 0) == labelled
+    another_persona = any(
+        r == "assistant" and s and s.strip() not in ("", "a") for r, _, s in items
+    )
+    assert (added > 0) == another_persona
 
 
 @given(st.text(max_size=80))

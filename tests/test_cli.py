@@ -31,7 +31,7 @@ def test_think_json_sends_exact_request(workdir: Workdir, fake: FakeOpenAI) -> N
         "--text",
         "别怕，我陪你",
         "--speaker",
-        "cyrene",
+        "aglaea",
         "--at",
         "2026-11-29T22:01:00+08:00",
     )
@@ -66,7 +66,7 @@ def test_think_json_sends_exact_request(workdir: Workdir, fake: FakeOpenAI) -> N
     msgs = body["messages"]
     assert msgs[1]["content"].startswith("[会话角色] ")
     assert msgs[2]["content"] == "明天组会好紧张"
-    assert msgs[3]["content"] == "[发言归属] 以下发言来自你自己——「昔涟」（cyrene）。"
+    assert msgs[3]["content"] == "[发言归属] 以下发言来自「aglaea」，不是你说的。"
     assert msgs[5]["content"] == [
         {"type": "text", "text": "看这个"},
         {"type": "image_url", "image_url": {"url": "https://example.invalid/cat.png"}},

@@ -105,6 +105,67 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
         load_settings(tmp_path / "nope.toml")
 
 
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        (
+            "BACKTHINK_GAET__DAILY_CAP",
+            "3",
+            "environment BACKTHINK_GAET__DAILY_CAP: unknown section gaet",
+        ),
+        (
+            "BACKTHINK_GATE__DAILY_KAP",
+            "3",
+            "environment BACKTHINK_GATE__DAILY_KAP: gate.daily_kap: unknown key",
+        ),
+        (
+            "BACKTHINK_GATE__DAILY_CAP",
+            "-1",
+            "environment BACKTHINK_GATE__DAILY_CAP: gate.daily_cap:",
+        ),
+        (
+            "backthink_gate__min_interval",
+            "soon",
+            "environment backthink_gate__min_interval: gate.min_interval:",
+        ),
+        (
+            "BACKTHINK_CHANNELS__PHONE__URL",
+            "localhost:9000",
+            "environment BACKTHINK_CHANNELS__PHONE__URL: channels.phone.webhook.url:",
+        ),
+    ],
+)
+def test_bad_environment_names_the_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, value: str, expected: str
+) -> None:
+    """A wrong override is blamed on its environment variable, in one line, never on the file."""
+    path = write(
+        tmp_path,
+        '[gate]\ndaily_cap = 3\n[channels.phone]\ntype = "webhook"\nurl = "https://h/hook"\n',
+    )
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    message = str(info.value)
+    assert message.startswith(expected)
+    assert str(path) not in message
+    assert "\n" not in message
+    assert info.value.exit_code == 2
+
+
+def test_other_backthink_variables_are_accepted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Variables that are not section overrides, such as BACKTHINK_CONFIG, are no error."""
+    path = write(tmp_path, "[gate]\ndaily_cap = 3\n")
+    monkeypatch.setenv("BACKTHINK_CONFIG", str(path))
+    monkeypatch.setenv("BACKTHINK_LIVE_MODEL", "some-model")
+    monkeypatch.setenv("BACKTHINK_SCHEDULE__HEARTBEAT", "5m")
+    s = load_settings()
+    assert s.gate.daily_cap == 3
+    assert s.schedule.heartbeat == timedelta(minutes=5)
+
+
 def test_settings_are_frozen(tmp_path: Path) -> None:
     """Loaded settings cannot be changed by accident."""
     s = load_settings(write(tmp_path, ""))

@@ -286,6 +286,43 @@ CASES = [
         problems=[UNCLOSED_THINK],
     ),
     case(
+        "closed_think_between_footer_and_body",
+        "[我决定:push]\n[紧急:critical]\n<think>要不要提醒？要。</think>快去关火！",
+        True,
+        "快去关火！",
+        urgency=C,
+    ),
+    case(
+        "closed_think_between_tags",
+        "[我决定:push]\n<think>算 warning 吧</think>\n[紧急:warning]\n嗨",
+        True,
+        "嗨",
+        urgency=W,
+    ),
+    case(
+        "closed_think_inside_body",
+        "[我决定:push]\n早上好。<think>再加一句天气</think>今天降温了。",
+        True,
+        "早上好。\n今天降温了。",
+    ),
+    case(
+        "closed_think_cannot_join_a_tag",
+        "[我决<think>x</think>定:push]\n嗨",
+        False,
+        problems=[NO_DECISION],
+    ),
+    case(
+        "nested_think",
+        "<think>a<think>b</think>c</think>[我决定:push]\n嗨",
+        True,
+        "嗨",
+    ),
+    case(
+        "closed_block_then_stray_close",
+        "<think>a</think>[我决定:push]\n草稿</think>\n[我决定:no_push]",
+        False,
+    ),
+    case(
         "two_think_blocks",
         "<think>a</think>[我决定:push]\n草稿<think>b</think>\n[我决定:push]\n终稿",
         True,
@@ -466,6 +503,29 @@ def test_plain_thinking_then_footer_delivers_exactly_the_body(thinking: str, bod
     assert decision.body == f"{body}BODY-MARKER".strip()
 
 
+think_body = st.text(alphabet="abc 你好，。<>/\n[]:", max_size=30)
+
+
+@FAST
+@given(
+    footer=st.sampled_from(
+        ["[我决定:push]", "[我决定:push]\n[紧急:critical]", "[decision:no_push]", "无"]
+    ),
+    body=st.text(alphabet="abc 你好，。", min_size=1, max_size=20),
+    thinking=think_body,
+    where=st.integers(min_value=0, max_value=10),
+)
+def test_closed_think_block_is_removed_where_it_stands(
+    footer: str, body: str, thinking: str, where: int
+) -> None:
+    """A closed reasoning block on a line boundary leaves the decision as if it were absent."""
+    assume("think" not in thinking)
+    lines = f"{footer}\n{body}".split("\n")
+    where = min(where, len(lines))
+    with_block = "\n".join([*lines[:where], f"<think>{thinking}</think>", *lines[where:]])
+    assert parse_footer(with_block) == parse_footer("\n".join(lines))
+
+
 def test_reject_echo_refuses_a_copied_footer() -> None:
     """A push copied from a user message that carries a footer is not the model's decision."""
     from backthink.footer import ECHOED_FOOTER, reject_echo
@@ -474,9 +534,11 @@ def test_reject_echo_refuses_a_copied_footer() -> None:
     echoed = reject_echo(parse_footer(hostile), ["前面的话\n" + hostile])
     assert not echoed.push and ECHOED_FOOTER in echoed.problems
     assert suppression_reason(echoed) == "parse_failed"
-    own = parse_footer("[我决定:push]\n记得带伞。")
-    assert reject_echo(own, ["记得带伞。"]) == own  # quoting the owner without a footer is fine
+    own = parse_footer("[我决定:push]\n下雨了，出门记得带伞。")
+    assert reject_echo(own, ["记得带伞。"]) == own  # quoting a few of the owner's words is fine
     assert reject_echo(own, [hostile]) == own
+    parrot = parse_footer("[我决定:push]\n记得带伞。")
+    assert not reject_echo(parrot, ["记得带伞。"]).push  # repeating them whole is not
 
 
 def test_reject_prompt_echo_sees_through_rewritten_digits() -> None:

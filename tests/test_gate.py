@@ -425,6 +425,11 @@ ACTIVITY_TABLE = [
     pytest.param(C, NOON - timedelta(minutes=30), NOON - timedelta(minutes=40), "owner_active",
                  id="critical-owner-came-back"),
     pytest.param(R, None, None, "web", id="owner-never-wrote"),
+    # A message dated past the clock skew was mis-dated; it says nothing about now.
+    pytest.param(R, NOON + timedelta(hours=5), None, "web", id="future-message-is-no-activity"),
+    pytest.param(C, NOON + timedelta(days=30), None, "web", id="far-future-message"),
+    pytest.param(R, NOON + timedelta(minutes=3), None, "owner_active",
+                 id="message-within-clock-skew-counts"),
 ]  # fmt: skip
 
 
@@ -436,6 +441,30 @@ def test_activity_gate(
     verdict = run(urgency=urgency, last_owner=last_owner, started_at=started_at)
     assert verdict.reason == reason
     assert verdict.outcome is (DELIVERED if reason == "web" else SUPPRESSED)
+
+
+def test_future_owner_message_is_no_activity_anywhere() -> None:
+    """A future-dated owner message neither skips the round nor holds the push, with a note."""
+    future = NOON + timedelta(hours=5)
+    assert not owner_active(future, timedelta(minutes=10), NOON)
+    assert owner_active(NOON + timedelta(minutes=4), timedelta(minutes=10), NOON)
+    skip = pre_gate(
+        settings=DEFAULTS, tz=SHANGHAI, connected=("web",), last_owner_message_at=future, at=NOON
+    )
+    assert skip is None
+    verdict = run(last_owner=future)
+    assert (verdict.outcome, verdict.reason) == (DELIVERED, "web")
+    assert any("future" in note for note in verdict.notes)
+    assert not any("future" in note for note in run(last_owner=NOON - timedelta(hours=1)).notes)
+
+
+def test_future_owner_message_is_no_answer() -> None:
+    """A future-dated owner message does not count as a reply to earlier pushes."""
+    pushes = [PastPush(at=NOON - timedelta(hours=h), body=f"b{h}") for h in (3, 6)]
+    cfg = GateSettings(max_unanswered=2, min_interval=timedelta(minutes=1))
+    verdict = run(last_owner=NOON + timedelta(days=1), pushes=pushes, cfg=cfg)
+    assert (verdict.outcome, verdict.reason) == (SUPPRESSED, "unanswered")
+    assert any("future" in note for note in verdict.notes)
 
 
 def test_owner_active_window_is_exclusive() -> None:

@@ -78,7 +78,7 @@ async def seed(store: MemoryMessageStore, items: Sequence[tuple[str, str, str | 
 async def test_request_order_and_placement() -> None:
     """Persona first, then role context and history, then the prompt with state at its end."""
     store = MemoryMessageStore()
-    await seed(store, [("user", "早", None), ("assistant", "早上好", "cyrene")])
+    await seed(store, [("user", "早", None), ("assistant", "早上好", "aglaea")])
     model = ScriptedModel("[我决定:no_push]")
     state = RoundState(updated_at=T0, availability=Availability.AVAILABLE)
     thinker, rounds = make(model, store=store, state=state)
@@ -88,7 +88,7 @@ async def test_request_order_and_placement() -> None:
     assert sent[0] == ModelMessage(role="system", text="你是昔涟。")
     assert sent[1].text.startswith("[会话角色] ")
     assert sent[2].text == "早"
-    assert sent[3].text == "[发言归属] 以下发言来自你自己——「昔涟」（cyrene）。"
+    assert sent[3].text == "[发言归属] 以下发言来自「aglaea」，不是你说的。"
     assert sent[-1].text.rstrip().endswith("- 状态更新于 10:00")
     assert "触发：定时心跳" in sent[-1].text
     assert (record.outcome, record.reason) == (Outcome.SUPPRESSED, "no_push")

@@ -1,0 +1,86 @@
+"""How much of one text is taken from another: shingle containment on normalized text.
+
+The echo guard asks "was this body taken from that untrusted text, exactly or
+nearly?". Exact substring tests miss a copy with one character changed, a
+greeting put in front or the punctuation redone, so both texts are reduced to
+their letters and digits and compared as sets of short overlapping pieces
+(shingles). One edit spoils only the few shingles that cover it, so a near copy
+still shares most of them, while independent sentences share few.
+
+Chinese (and other wide-script) characters each carry about as much as a short
+Latin word, so they are cut into pairs of characters; Latin letters and digits
+are cut into runs of four characters, with word boundaries kept as a space.
+Everything here is pure.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from difflib import SequenceMatcher
+from typing import Final
+
+WIDE_SHINGLE: Final = 2  # characters of a wide script per shingle
+NARROW_SHINGLE: Final = 4  # Latin letters, digits and word spaces per shingle
+
+
+def normalize(text: str) -> str:
+    """Fold width, case and invisible characters: NFKC, casefold, format characters dropped."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    return "".join(ch for ch in folded if unicodedata.category(ch) != "Cf")
+
+
+def shingles(text: str) -> frozenset[str]:
+    """The set of shingles of a text; punctuation and spacing never matter.
+
+    Wide characters are read as one stream (punctuation and Latin between them
+    removed) and Latin letters and digits as another, words split by one space.
+    A stream shorter than one shingle counts as a single shingle.
+    """
+    wide: list[str] = []
+    narrow: list[str] = []
+    for ch in normalize(text):
+        if not ch.isalnum():
+            if narrow and narrow[-1] != " ":
+                narrow.append(" ")
+        elif unicodedata.east_asian_width(ch) in ("W", "F"):
+            wide.append(ch)
+            if narrow and narrow[-1] != " ":
+                narrow.append(" ")
+        else:
+            narrow.append(ch)
+    return _cut("".join(wide), WIDE_SHINGLE) | _cut("".join(narrow).strip(), NARROW_SHINGLE)
+
+
+def containment(part: frozenset[str], whole: frozenset[str]) -> float:
+    """The share of `part`'s shingles that also occur in `whole` (0 when `part` is empty)."""
+    if not part:
+        return 0.0
+    return len(part & whole) / len(part)
+
+
+def resemblance(a: str, b: str) -> float:
+    """How alike two whole texts are, 0..1, over their letters and digits only.
+
+    This is difflib's ratio (twice the matched characters over both lengths):
+    it stays high for a copy with a character or two changed, which a short
+    text's few shingles cannot show.
+    """
+    left, right = _letters(a), _letters(b)
+    if not left or not right:
+        return 0.0
+    return SequenceMatcher(None, left, right, autojunk=False).ratio()
+
+
+def letter_count(text: str) -> int:
+    """The number of letters and digits in a text, after normalizing it."""
+    return len(_letters(text))
+
+
+def _letters(text: str) -> str:
+    return "".join(ch for ch in normalize(text) if ch.isalnum())
+
+
+def _cut(stream: str, size: int) -> frozenset[str]:
+    if len(stream) <= size:
+        return frozenset({stream} if stream else ())
+    return frozenset(stream[i : i + size] for i in range(len(stream) - size + 1))
