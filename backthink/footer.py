@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Final, NamedTuple
 
-from backthink.models import Decision, Urgency
+from backthink.models import Decision, Reason, Urgency
 from backthink.overlap import containment, letter_count, normalize, resemblance, shingles
 
 
@@ -65,8 +65,6 @@ ECHOED_FOOTER: Final = "echoed_footer"
 ECHOED_PROMPT: Final = "echoed_prompt"
 
 # Reason codes of a suppressed round, as listed in the design's outcome table.
-REASON_NO_PUSH: Final = "no_push"
-REASON_PARSE_FAILED: Final = "parse_failed"
 _PARSE_FAILURES: Final = frozenset(
     {NO_DECISION, CONFLICTING_DECISIONS, EMPTY_REPLY, ECHOED_FOOTER, ECHOED_PROMPT}
 )
@@ -156,7 +154,7 @@ def parse_footer(text: str, *, max_body_chars: int = DEFAULT_MAX_BODY_CHARS) -> 
     return Decision(push=push, channel=channel, urgency=urgency, body=body, problems=problems)
 
 
-def suppression_reason(decision: Decision) -> str | None:
+def suppression_reason(decision: Decision) -> Reason | None:
     """Map a non-push decision to the round's reason code.
 
     Args:
@@ -170,12 +168,12 @@ def suppression_reason(decision: Decision) -> str | None:
         return None
     problems = set(decision.problems)
     if problems & _PARSE_FAILURES:
-        return REASON_PARSE_FAILED
+        return Reason.PARSE_FAILED
     if EMPTY_BODY in problems:
-        return EMPTY_BODY
+        return Reason.EMPTY_BODY
     if BODY_TOO_LONG in problems:
-        return BODY_TOO_LONG
-    return REASON_NO_PUSH
+        return Reason.BODY_TOO_LONG
+    return Reason.NO_PUSH
 
 
 # The echo guard's thresholds, as shares of shingles (see backthink.overlap).
