@@ -12,6 +12,7 @@ import sys
 from typing import Any, TextIO
 
 import structlog
+import structlog.tracebacks
 
 from backthink.redact import redact_urls
 
@@ -39,7 +40,15 @@ def configure(
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
-    exc = structlog.processors.dict_tracebacks if json else structlog.processors.format_exc_info
+    # Tracebacks keep their frames but never the frames' local variables: those
+    # hold message, prompt and reply text (structlog shows them by default).
+    exc = (
+        structlog.processors.ExceptionRenderer(
+            structlog.tracebacks.ExceptionDictTransformer(show_locals=False, use_rich=False)
+        )
+        if json
+        else structlog.processors.format_exc_info
+    )
     numeric = logging.getLevelNamesMapping()[level.upper()]
     structlog.configure(
         processors=[*shared, exc, redact_event, renderer],
