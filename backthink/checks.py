@@ -37,6 +37,8 @@ async def run_checks(settings: Settings) -> AsyncIterator[str]:
     try:
         async with open_database(settings.database) as store:
             await store.messages.recent(settings.owner.id, 1)
+            # A round writes its record and deliveries: check the way it will.
+            await store.rounds.check_writable()
     except BackthinkError as exc:
         raise CheckError(f"database {safe_url}: {exc}") from None
     yield (f"database: {safe_url}")

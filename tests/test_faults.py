@@ -152,6 +152,38 @@ async def test_locked_database_fails_the_round_cleanly(tmp_path: Path, fake: Fak
         assert len(await app.rounds.list(owner_id="o")) == 1  # the locked round could not be saved
 
 
+async def test_a_deleted_database_file_fails_loudly(tmp_path: Path, fake: FakeOpenAI) -> None:
+    """The database file deleted while running: rounds fail store_error, none reads delivered."""
+    gate = {"quiet_hours": "", "default_channel": "web", "min_interval": "0s"}
+    async with open_app(settings(tmp_path, fake.base_url, gate=gate)) as app:
+        fake.script(PUSH)
+        first = await app.thinker.run_round("o", "heartbeat")
+        assert (first.outcome, first.reason) == (Outcome.DELIVERED, "web")
+        for suffix in ("", "-wal", "-shm"):
+            (tmp_path / f"bt.db{suffix}").unlink(missing_ok=True)
+        outcomes = []
+        for body in ("三点的会别忘了。", "记得喝水。", "该休息一下了。"):
+            fake.script(f"[我决定:push]\n[紧急:warning]\n{body}")
+            record = await app.thinker.run_round("o", "heartbeat")
+            outcomes.append((record.outcome, record.reason))
+            assert any("is gone" in note for note in record.notes), record.notes
+    assert outcomes == [(Outcome.FAILED, "store_error")] * 3
+
+
+def test_check_refuses_a_database_it_cannot_write(workdir: Workdir) -> None:
+    """check opens the database the way a round writes it: a read-only one is exit 1."""
+    workdir.cli("messages", "add", "--role", "user", "--text", "hi", "--at", "2026-01-01T00:00:00Z")
+    db = workdir.path / "bt.db"
+    workdir.env = dict(
+        workdir.env, BACKTHINK_DATABASE__URL=f"sqlite+aiosqlite:///file:{db}?mode=ro&uri=true"
+    )
+    proc = workdir.cli("check", check=False)
+    assert proc.returncode == 1
+    assert "ok  database" not in proc.stdout
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("backthink: database ") and "readonly database" in line
+
+
 def test_missing_database_folder_is_one_clear_line(workdir: Workdir) -> None:
     """A database that cannot be created is one line on stderr and exit 1, no traceback."""
     env = dict(workdir.env, BACKTHINK_DATABASE__URL="sqlite+aiosqlite:////proc/no-such-dir/bt.db")

@@ -21,15 +21,18 @@ the async engine) run the same functions through the async engine's `run_sync`.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TypeVar
 
 from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from backthink.store.engine import is_memory, tune_sqlite
+from backthink.errors import StoreError
+from backthink.store.engine import is_memory, sqlite_path, tune_sqlite
 
 T = TypeVar("T")
 
@@ -61,6 +64,8 @@ class Database:
         self._writer: Engine | None = None
         self._executor: ThreadPoolExecutor | None = None
         url = engine.url
+        self._path = sqlite_path(url)
+        self._identity = _identity(self._path) if self._path is not None else None
         if url.get_backend_name() == "sqlite" and not is_memory(url):
             self._reader = _single_connection_engine(
                 url, min(busy_timeout_ms, READ_BUSY_TIMEOUT_MS)
@@ -80,8 +85,35 @@ class Database:
         async with self.engine.connect() as conn:
             return await conn.run_sync(fn)
 
+    @property
+    def path(self) -> Path | None:
+        """The SQLite file, or None for other databases."""
+        return self._path
+
+    def check_file(self) -> None:
+        """Fail when the SQLite file was deleted or replaced since it was opened.
+
+        Open connections keep writing into a deleted file's inode, so without
+        this a write would succeed into a file nobody can read again.
+
+        Raises:
+            StoreError: the file is gone or is another file now.
+        """
+        if self._path is None:
+            return
+        now = _identity(self._path)
+        if now is None:
+            raise StoreError(f"the database file {self._path} is gone (deleted while running)")
+        if now != self._identity:
+            raise StoreError(f"the database file {self._path} was replaced while running")
+
     async def write(self, fn: Callable[[Connection], T]) -> T:
-        """Run `fn` in one transaction: committed when it returns, rolled back when it raises."""
+        """Run `fn` in one transaction: committed when it returns, rolled back when it raises.
+
+        Raises:
+            StoreError: the SQLite file was deleted or replaced since it was opened.
+        """
+        self.check_file()
         if self._writer is not None and self._executor is not None:
             writer = self._writer
 
@@ -103,3 +135,12 @@ class Database:
             self._executor.shutdown(wait=True)
             self._writer = None
         await self.engine.dispose()
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of a file, or None when it does not exist."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino

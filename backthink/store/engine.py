@@ -60,10 +60,17 @@ def is_memory(url: URL) -> bool:
     return not database or ":memory:" in database or "mode=memory" in database
 
 
-def _make_parent_dir(url: URL) -> None:
-    database = url.database or ""
+def sqlite_path(url: URL) -> Path | None:
+    """The file of a SQLite URL, or None for other databases and in-memory ones."""
+    if url.get_backend_name() != "sqlite" or is_memory(url):
+        return None
     # A `uri=true` URL names the file as "file:path?options".
-    path = Path(database.removeprefix("file:").partition("?")[0])
+    return Path((url.database or "").removeprefix("file:").partition("?")[0])
+
+
+def _make_parent_dir(url: URL) -> None:
+    path = sqlite_path(url)
+    assert path is not None, "only a SQLite file has a folder to create"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

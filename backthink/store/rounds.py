@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import insert, update
+from sqlalchemy import delete, false, insert, update
 from sqlalchemy.engine import Connection, RowMapping
 from sqlmodel import col, select
 
@@ -50,6 +50,17 @@ class SqlRoundStore:
         # A second save of the same id fails on the primary key, inside the database.
         with store_errors(f"could not save round {record.id!r}"):
             await self._db.write(lambda c: c.execute(INSERT_ROUND, values))
+
+    async def check_writable(self) -> None:
+        """Take the write lock a round's record needs and write nothing.
+
+        Raises:
+            StoreError: the database cannot be written (read-only, locked past the
+                busy timeout, deleted while running).
+        """
+        nothing = delete(MarkRow).where(false())
+        with store_errors("cannot write to the database"):
+            await self._db.write(lambda c: c.execute(nothing))
 
     async def get(self, round_id: str) -> RoundRecord | None:
         """Return the round with this id, or None if there is none."""
