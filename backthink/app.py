@@ -31,7 +31,7 @@ from backthink.ports import (
     StateProvider,
 )
 from backthink.prompts import PromptBook
-from backthink.record import Recorder
+from backthink.record import Recorder, Spill
 from backthink.request import RequestBuilder
 from backthink.round import Thinker
 from backthink.state import FileStateProvider
@@ -106,6 +106,7 @@ class App:
     outbox: Outbox
     model: ModelClient | None
     dispatcher: Dispatcher
+    recorder: Recorder
     thinker: Thinker
 
 
@@ -137,6 +138,7 @@ def build_app(
     prompts_dir: Path | None = None,
     persona_prompt: str | None = None,
     sleep: Sleep | None = None,
+    spill: Spill | None = None,
 ) -> App:
     """Wire the whole object graph; every part not given is built from `settings`.
 
@@ -145,7 +147,7 @@ def build_app(
     senders instead of those the settings configure; a configured channel of
     type web that is not among them stays the main session's own channel.
     `model=None` means no endpoint is configured (rounds then fail with a
-    clear note).
+    clear note). `spill` keeps round records the database refuses.
 
     Raises:
         ConfigError: templates, persona prompt or a channel's settings cannot work.
@@ -176,17 +178,18 @@ def build_app(
         persona_prompt=read_persona_prompt(settings) if persona_prompt is None else persona_prompt,
         state=state or FileStateProvider(settings.state.file, settings.state.max_age),
     )
+    recorder = Recorder(rounds, spill=spill)
     thinker = Thinker(
         settings,
         messages=messages,
         requests=requests,
         model=model,
         delivery=dispatcher,
-        recorder=Recorder(rounds),
+        recorder=recorder,
         clock=clock,
         model_missing_hint=MODEL_MISSING_HINT,
     )
-    return App(settings, clock, messages, rounds, outbox, model, dispatcher, thinker)
+    return App(settings, clock, messages, rounds, outbox, model, dispatcher, recorder, thinker)
 
 
 def _model_from(settings: Settings) -> OpenAIModelClient | None:
@@ -214,10 +217,15 @@ async def open_app(settings: Settings, **overrides: object) -> AsyncIterator[App
             if model is not None:
                 stack.push_async_callback(model.close)
             overrides["model"] = model
-        yield build_app(
+        spill = settings.database.spill_path
+        app = build_app(
             settings,
             messages=db.messages,
             rounds=db.rounds,
             outbox=db.outbox,
+            spill=Spill(spill) if spill is not None else None,
             **overrides,  # type: ignore[arg-type]
         )
+        # Records an earlier process could not save are written in first.
+        await app.recorder.drain()
+        yield app

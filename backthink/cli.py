@@ -271,6 +271,7 @@ def rounds(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
 ) -> None:
     """Show the audit log of rounds, newest first."""
+    from backthink.record import Recorder, Spill
     from backthink.store import open_database
 
     c: Context = ctx.obj
@@ -278,6 +279,9 @@ def rounds(
 
     async def go() -> list[RoundRecord]:
         async with open_database(settings.database) as store:
+            if (spill := settings.database.spill_path) is not None:
+                # Rounds another process could not save belong in the log shown.
+                await Recorder(store.rounds, spill=Spill(spill)).drain()
             return await store.rounds.list(owner_id=c.owner_id(settings), limit=limit)
 
     records = _run(go())

@@ -155,11 +155,32 @@ class DatabaseSettings(_Section):
 
     url: str = "sqlite+aiosqlite:///var/backthink.db"
     busy_timeout: Duration = timedelta(seconds=5)
+    # Round records the database refused wait here; None means beside a SQLite file.
+    spill_file: Path | None = None
 
     @property
     def busy_timeout_ms(self) -> int:
         """The SQLite busy timeout in milliseconds."""
         return int(self.busy_timeout.total_seconds() * 1000)
+
+    @property
+    def spill_path(self) -> Path | None:
+        """Where refused round records wait: `spill_file`, else beside a SQLite file.
+
+        None for an in-memory database with no `spill_file`: nothing outlives it anyway.
+        """
+        if self.spill_file is not None:
+            return self.spill_file
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        from backthink.store.engine import sqlite_path
+
+        try:
+            path = sqlite_path(make_url(self.url))
+        except ArgumentError:
+            return None
+        return None if path is None else path.with_name(path.name + ".spill.jsonl")
 
 
 class ScheduleSettings(_Section):

@@ -30,6 +30,7 @@ from backthink.systemd import Notifier
 log = structlog.get_logger("backthink.daemon")
 
 GREETING_MARK = "startup_greeting"
+RECORD_GRACE_S = 5.0  # seconds a cut-off round gets to record itself, past the busy timeout
 
 
 class Daemon:
@@ -153,8 +154,13 @@ class Daemon:
             return True
         _, pending = await asyncio.wait(set(self._tasks), timeout=limit.total_seconds())
         for task in pending:
-            # A cancelled round keeps its committed outbox row; the next start resumes it.
+            # A cancelled round records itself failed/interrupted; a committed outbox
+            # row stays, and the next start resumes its delivery.
             task.cancel()
+        if pending:
+            # Long enough for the record to wait out a busy database, then the spill.
+            grace = self._settings.database.busy_timeout.total_seconds() + RECORD_GRACE_S
+            await asyncio.wait(pending, timeout=grace)
         return not pending
 
 

@@ -1,15 +1,21 @@
 """The record of a round: one row in the audit log and one canonical log line, always.
 
 `Recorder.save` is the only place a round record is written, whether the
-round just ended or its delivery was finished by the next start.
+round just ended or its delivery was finished by the next start. A record the
+database refuses (locked past the busy timeout, read-only, deleted) is kept in
+an append-only spill file beside the database and written in at the next chance.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 import structlog
+from pydantic import ValidationError
 
 from backthink.delivery import DeliveryResult
 from backthink.errors import StoreError
@@ -27,6 +33,7 @@ from backthink.ports import RoundStore
 log = structlog.get_logger("backthink.round")
 
 RESUMED_NOTE = "delivery completed after a restart"
+INTERRUPTED_NOTE = "cut off by shutdown before it ended"
 UNKNOWN_TRIGGER = "unknown"  # a delivery row from before rows named their trigger
 
 
@@ -101,23 +108,92 @@ def resumed_record(
     )
 
 
+class Spill:
+    """Round records the database refused, one JSON line each, until it takes them.
+
+    Appends are serialised between processes with an advisory lock; a drain
+    first claims the whole file by renaming it, so two processes never write
+    the same records in, and no lock is held while the database is awaited.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def append(self, record: RoundRecord) -> None:
+        """Add one record durably (flushed and synced before returning).
+
+        Raises:
+            OSError: the file cannot be written either.
+        """
+        line = record.model_dump_json() + "\n"
+        with self.path.open("a", encoding="utf-8") as out:
+            fcntl.flock(out, fcntl.LOCK_EX)
+            out.write(line)
+            out.flush()
+            os.fsync(out.fileno())
+
+    def waiting(self) -> bool:
+        """Whether records wait to be written in (a cheap check, done after every save)."""
+        return self.path.exists()
+
+    async def drain(self, rounds: RoundStore) -> int:
+        """Write every waiting record into `rounds`; return how many were written.
+
+        A record already stored is skipped; when the database fails again the
+        records not yet written go back into the spill.
+        """
+        claimed = self.path.with_name(f"{self.path.name}.{os.getpid()}.draining")
+        try:
+            os.replace(self.path, claimed)
+        except FileNotFoundError:
+            return 0
+        lines = claimed.read_text(encoding="utf-8").splitlines()
+        written = 0
+        for i, line in enumerate(lines):
+            try:
+                record = RoundRecord.model_validate_json(line)
+            except ValidationError:
+                log.error("round.spill_unreadable", line=i + 1)
+                continue
+            try:
+                if await rounds.get(record.id) is None:
+                    await rounds.save(record)
+                    written += 1
+            except StoreError:
+                for rest in lines[i:]:
+                    self._put_back(rest)
+                break
+        claimed.unlink()
+        if written:
+            log.info("round.spill_written", count=written)
+        return written
+
+    def _put_back(self, line: str) -> None:
+        with self.path.open("a", encoding="utf-8") as out:
+            fcntl.flock(out, fcntl.LOCK_EX)
+            out.write(line + "\n")
+
+
 class Recorder:
     """Writes round records and the one `round.finished` line of each round."""
 
-    def __init__(self, rounds: RoundStore) -> None:
+    def __init__(self, rounds: RoundStore, *, spill: Spill | None = None) -> None:
         self._rounds = rounds
+        self._spill = spill
 
     async def save(self, record: RoundRecord) -> bool:
-        """Store the record and log the round's canonical line; False when storing failed.
+        """Store the record and log the round's canonical line; False when it went to the spill.
 
-        A failed save is logged, never raised: the round has ended either way.
+        A failed save is logged and spilled, never raised: the round has ended either way.
         """
         saved = True
         try:
             await self._rounds.save(record)
         except StoreError as exc:
-            log.error("round.record_failed", error=str(exc))
             saved = False
+            self._keep(record, exc)
+        else:
+            await self.drain()
         log.info(
             "round.finished",
             # A poke's trigger is its own free text: only its kind is logged.
@@ -132,3 +208,29 @@ class Recorder:
             notes=record.notes or None,
         )
         return saved
+
+    async def drain(self) -> int:
+        """Write in the records the database refused earlier, if any; never raises."""
+        if self._spill is None or not self._spill.waiting():
+            return 0
+        try:
+            return await self._spill.drain(self._rounds)
+        except OSError as exc:
+            log.error("round.spill_failed", error=exc.strerror or type(exc).__name__)
+            return 0
+
+    def _keep(self, record: RoundRecord, exc: StoreError) -> None:
+        if self._spill is None:
+            log.error("round.record_failed", error=str(exc), kept=False)
+            return
+        try:
+            self._spill.append(record)
+        except OSError as spill_exc:
+            log.error(
+                "round.record_failed",
+                error=str(exc),
+                kept=False,
+                spill_error=spill_exc.strerror or type(spill_exc).__name__,
+            )
+            return
+        log.error("round.record_failed", error=str(exc), kept=True, spill=str(self._spill.path))

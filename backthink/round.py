@@ -20,7 +20,14 @@ from backthink.errors import ModelError, StoreError
 from backthink.footer import parse_footer, reject_echo, reject_prompt_echo, suppression_reason
 from backthink.models import Outcome, Reason, RoundRecord
 from backthink.ports import Clock, MessageStore, ModelClient
-from backthink.record import Ending, Recorder, RoundStart, resumed_record, round_record
+from backthink.record import (
+    INTERRUPTED_NOTE,
+    Ending,
+    Recorder,
+    RoundStart,
+    resumed_record,
+    round_record,
+)
 from backthink.request import Request, RequestBuilder
 
 log = structlog.get_logger("backthink.round")
@@ -82,9 +89,15 @@ class Thinker:
                 ending = Ending(Outcome.SKIPPED, Reason.BUSY)
             else:
                 self._in_flight.add(owner_id)
+                # What the round has learned so far, so a round cut off still says it.
+                progress = Ending(Outcome.FAILED, Reason.INTERRUPTED)
                 try:
-                    ending = await self._think(start)
+                    ending = await self._think(start, progress)
                 except asyncio.CancelledError:
+                    progress.notes.append(INTERRUPTED_NOTE)
+                    await self._recorder.save(
+                        round_record(start, progress, finished=self._clock.now())
+                    )
                     raise
                 except StoreError as exc:
                     log.error("round.store_failed", error=str(exc))
@@ -98,7 +111,7 @@ class Thinker:
             await self._recorder.save(record)
             return record
 
-    async def _think(self, start: RoundStart) -> Ending:
+    async def _think(self, start: RoundStart, progress: Ending) -> Ending:
         g = self._settings.gate
         tz = self._settings.owner.tz
         # One read serves the pre-gate and the context. A failed read raises
@@ -118,7 +131,8 @@ class Thinker:
             return Ending(skip.outcome, skip.reason)
 
         request = self._requests.build(view.recent, start.trigger, start.started)
-        notes = list(request.notes)
+        notes = progress.notes
+        notes.extend(request.notes)
         if self._model is None:
             return Ending(
                 Outcome.FAILED, Reason.MODEL_ERROR, notes=[*notes, self._model_missing_hint]
@@ -127,11 +141,13 @@ class Thinker:
             reply = await self._model.complete(request.messages)
         except ModelError as exc:
             return Ending(Outcome.FAILED, exc.reason, notes=[*notes, str(exc)])
+        progress.reply = reply
 
         decision = parse_footer(reply.text, max_body_chars=g.max_body_chars)
         decision = reject_echo(decision, (m.text for m in request.recent if m.role != "assistant"))
         decision = reject_prompt_echo(decision, request.prompt)
         notes.extend(decision.problems)
+        progress.decision = decision
         reason = suppression_reason(decision)
         if reason is not None:
             return Ending(Outcome.SUPPRESSED, reason, decision, reply, notes=notes)
@@ -152,7 +168,7 @@ class Thinker:
             notes.extend(verdict.notes)
             if not verdict.deliver or verdict.channel is None:
                 return Ending(verdict.outcome, verdict.reason, decision, reply, notes=notes)
-            channel = verdict.channel
+            channel = progress.channel = verdict.channel
             sent = await self._delivery.hand_over(
                 Handoff(start.id, start.owner_id, start.trigger, decision, channel, at)
             )

@@ -155,3 +155,28 @@ def test_sigterm_waits_for_the_running_round(
     assert stopping["running_rounds"] == 1
     assert daemon.wait_for("daemon.stopped")["drained"] is True
     assert [(r["trigger"], r["reason"]) for r in rounds(workdir)] == [("startup", "no_push")]
+
+
+def test_sigterm_past_the_drain_timeout_records_the_round_interrupted(
+    workdir: Workdir, fake: FakeOpenAI, daemon_env: dict[str, str]
+) -> None:
+    """A round that outlasts daemon.drain_timeout is cut off and recorded failed/interrupted."""
+    fake.script(Reply("[我决定:no_push]", delay_s=30.0))
+    env = dict(
+        daemon_env, BACKTHINK_SCHEDULE__HEARTBEAT="1h", BACKTHINK_DAEMON__DRAIN_TIMEOUT="500ms"
+    )
+    daemon = DaemonProcess(workdir, env)
+    try:
+        daemon.wait_for("daemon.ready")
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not fake.chat_requests and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        code = daemon.stop()
+    assert code == 0
+    assert daemon.wait_for("daemon.stopped")["drained"] is False
+    logged = rounds(workdir)
+    assert [(r["trigger"], r["outcome"], r["reason"]) for r in logged] == [
+        ("startup", "failed", "interrupted")
+    ]
+    assert "cut off by shutdown before it ended" in logged[0]["notes"]

@@ -149,7 +149,39 @@ async def test_locked_database_fails_the_round_cleanly(tmp_path: Path, fake: Fak
         fake.script(PUSH)
         again = await app.thinker.run_round("o", "heartbeat")
         assert (again.outcome, again.reason) == (Outcome.DELIVERED, "web")
-        assert len(await app.rounds.list(owner_id="o")) == 1  # the locked round could not be saved
+        # The locked round waited in the spill file and was written in after the next save.
+        saved = await app.rounds.list(owner_id="o")
+        assert [(r.id, r.reason) for r in saved] == [
+            (again.id, "web"),
+            (record.id, "store_error"),
+        ]
+    assert not (tmp_path / "bt.db.spill.jsonl").exists()
+
+
+def test_a_round_the_locked_database_refused_reaches_the_audit_log(
+    workdir: Workdir, fake: FakeOpenAI
+) -> None:
+    """A lock held past the busy timeout: the round is kept beside the database, then logged."""
+    workdir.cli("messages", "add", "--role", "user", "--text", "hi", "--at", "2026-01-01T00:00:00Z")
+    workdir.env = dict(workdir.env, BACKTHINK_DATABASE__BUSY_TIMEOUT="200ms")
+    fake.script(PUSH)
+    holder = sqlite3.connect(workdir.path / "bt.db", timeout=0.1, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        proc = workdir.cli("think", "--json", check=False)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert proc.returncode == 1
+    result = json.loads(proc.stdout)
+    assert (result["outcome"], result["reason"]) == ("failed", "store_error")
+    assert (workdir.path / "bt.db.spill.jsonl").exists()
+    logged = json.loads(workdir.cli("rounds", "--json").stdout)
+    assert [(r["round_id"], r["outcome"], r["reason"]) for r in logged] == [
+        (result["round_id"], "failed", "store_error")
+    ]
+    assert logged[0]["prompt_tokens"] > 0  # the model was called, and its cost is on record
+    assert not (workdir.path / "bt.db.spill.jsonl").exists()
 
 
 async def test_a_deleted_database_file_fails_loudly(tmp_path: Path, fake: FakeOpenAI) -> None:
@@ -208,6 +240,10 @@ def test_read_only_database(workdir: Workdir, fake: FakeOpenAI) -> None:
     assert (result["outcome"], result["reason"]) == ("failed", "store_error")
     assert "readonly database" in proc.stderr
     assert "Traceback" not in proc.stderr
+    # The round waits beside the database and is in the audit log once it is writable.
+    workdir.env = {k: v for k, v in workdir.env.items() if k != "BACKTHINK_DATABASE__URL"}
+    logged = json.loads(workdir.cli("rounds", "--json").stdout)
+    assert [(r["round_id"], r["reason"]) for r in logged] == [(result["round_id"], "store_error")]
 
 
 # --- channels -----------------------------------------------------------------------
