@@ -170,6 +170,7 @@ def build_app(
         persona=settings.persona,
         order=order,
         session_channel=session_channel(settings, channels or {}),
+        cooldown=settings.gate.channel_cooldown,
         sleep=sleep,
     )
     requests = RequestBuilder(

@@ -227,6 +227,7 @@ class GateSettings(_Section):
     max_body_chars: int = Field(default=600, ge=1)
     duplicate_window: Duration = timedelta(hours=24)
     default_channel: str | None = None
+    channel_cooldown: Duration = timedelta(minutes=10)
 
 
 class PromptSettings(_Section):

@@ -29,6 +29,7 @@ from backthink.ports import Channel, Clock, Outbox
 log = structlog.get_logger("backthink.delivery")
 
 DEFAULT_BACKOFF_S = (1.0, 4.0)  # seconds to wait before the 2nd and 3rd attempt
+DEFAULT_COOLDOWN = timedelta(minutes=10)  # a failed channel is skipped this long
 # How far back the start-up search looks for deliveries whose round went unrecorded.
 # Only a process that died between two writes of one round leaves such a row.
 UNRECORDED_LOOKBACK = timedelta(days=1)
@@ -38,7 +39,7 @@ Sleep = Callable[[float], Awaitable[None]]
 
 @dataclass(frozen=True)
 class Handoff:
-    """What a round passes on once the gate has chosen a channel."""
+    """What a round passes on once the gate has chosen a channel (and the next candidates)."""
 
     round_id: str
     owner_id: str
@@ -46,6 +47,7 @@ class Handoff:
     decision: Decision
     channel: str
     at: datetime
+    fallbacks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,9 @@ class DeliveryResult:
     sent: bool
     attempts: int
     error: str | None = None
+    channel: str | None = None
+    """The channel that delivered, or that was tried last."""
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,7 @@ class Dispatcher:
         persona: PersonaSettings,
         order: Sequence[str],
         session_channel: str | None,
+        cooldown: timedelta = DEFAULT_COOLDOWN,
         backoff_s: Sequence[float] = DEFAULT_BACKOFF_S,
         sleep: Sleep | None = None,
     ) -> None:
@@ -89,6 +95,7 @@ class Dispatcher:
             persona: who speaks: the write-back's speaker and the message's sender.
             order: every configured channel name, in configuration order.
             session_channel: the main session's own channel, if one is configured.
+            cooldown: how long a channel that failed a delivery counts as disconnected.
             backoff_s: waits before the second, third, ... attempt.
             sleep: how to wait (tests pass one that returns at once).
         """
@@ -98,6 +105,9 @@ class Dispatcher:
         self._persona = persona
         self._order = tuple(order)
         self._session = session_channel
+        self._cooldown = cooldown
+        # A circuit breaker per channel: the end of its cooldown after a failed delivery.
+        self._down_until: dict[str, datetime] = {}
         self._backoff = tuple(backoff_s)
         self._sleep = sleep or asyncio.sleep
 
@@ -108,10 +118,16 @@ class Dispatcher:
 
     def connected(self) -> list[str]:
         """Names of the channels that can deliver now, in configuration order."""
+        now = self._clock.now()
         return [
             name
             for name in self._order
-            if name == self._session or (name in self._senders and self._senders[name].connected)
+            if name == self._session
+            or (
+                name in self._senders
+                and self._senders[name].connected
+                and self._down_until.get(name, now) <= now
+            )
         ]
 
     def channel_names(self) -> list[str]:
@@ -142,6 +158,7 @@ class Dispatcher:
             channel=handoff.channel,
             origin="proactive",
             created_at=at,
+            round_id=handoff.round_id,
         )
         # The one rule for the main session: its write-back is the delivery.
         in_session = handoff.channel == self._session
@@ -165,14 +182,47 @@ class Dispatcher:
             return DeliveryResult(sent=sent, attempts=stored.attempts if stored else 0)
         if in_session:
             log.info("delivery.sent", round_id=handoff.round_id, channel=handoff.channel, attempt=1)
-            return DeliveryResult(sent=True, attempts=1)
-        return await self.send(delivery)
+            return DeliveryResult(sent=True, attempts=1, channel=handoff.channel)
+        first = await self.send(delivery)
+        if first.sent:
+            return first
+        # The chosen channel failed every try: the next connected candidate gets one
+        # try. Still one channel delivers; a failure there leaves the push undelivered.
+        fallback = next(
+            (c for c in handoff.fallbacks if c != delivery.channel and c in self.connected()), None
+        )
+        if fallback is None:
+            return first
+        moved = await self._outbox.reroute(delivery.id, fallback, at=self._clock.now())
+        note = f"{delivery.channel} failed; tried {fallback} instead"
+        log.info(
+            "delivery.rerouted", round_id=delivery.id, channel=fallback, failed=delivery.channel
+        )
+        if fallback == self._session:
+            await self._mark(moved, DeliveryStatus.SENT, moved.attempts + 1, None)
+            return DeliveryResult(
+                sent=True, attempts=moved.attempts + 1, channel=fallback, notes=(note,)
+            )
+        second = await self.send(moved, retries=False)
+        return DeliveryResult(
+            sent=second.sent,
+            attempts=second.attempts,
+            error=None if second.sent else f"{first.error}; then {second.error}",
+            channel=fallback,
+            notes=(note,),
+        )
 
-    async def send(self, delivery: Delivery) -> DeliveryResult:
-        """Try to deliver until sent, refused for good, or out of attempts; record each try."""
+    async def send(self, delivery: Delivery, *, retries: bool = True) -> DeliveryResult:
+        """Try to deliver until sent, refused for good, or out of attempts; record each try.
+
+        With `retries` off, one attempt only. A channel that fails its last
+        attempt counts as disconnected for the cooldown; one that delivers is
+        connected again at once.
+        """
         attempts = delivery.attempts
-        channel = self._senders.get(delivery.channel)
-        for wait in (*self._backoff, None):
+        name = delivery.channel
+        channel = self._senders.get(name)
+        for wait in (*(self._backoff if retries else ()), None):
             attempts += 1
             try:
                 if channel is None:
@@ -197,7 +247,10 @@ class Dispatcher:
                     error=exc.detail,
                 )
                 if give_up:
-                    return DeliveryResult(sent=False, attempts=attempts, error=str(exc))
+                    self._down_until[name] = self._clock.now() + self._cooldown
+                    return DeliveryResult(
+                        sent=False, attempts=attempts, error=str(exc), channel=name
+                    )
                 assert wait is not None
                 await self._sleep(wait)
             else:
@@ -208,7 +261,8 @@ class Dispatcher:
                     channel=delivery.channel,
                     attempt=attempts,
                 )
-                return DeliveryResult(sent=True, attempts=attempts)
+                self._down_until.pop(name, None)
+                return DeliveryResult(sent=True, attempts=attempts, channel=name)
         raise AssertionError("unreachable: the last attempt always returns")
 
     async def _mark(
@@ -253,4 +307,6 @@ def _result_of(delivery: Delivery) -> DeliveryResult:
     """How a stored delivery ended, as far as its row tells."""
     sent = delivery.status is DeliveryStatus.SENT
     error = None if sent else f"channel {delivery.channel!r}: {delivery.last_error or 'not sent'}"
-    return DeliveryResult(sent=sent, attempts=delivery.attempts, error=error)
+    return DeliveryResult(
+        sent=sent, attempts=delivery.attempts, error=error, channel=delivery.channel
+    )

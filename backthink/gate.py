@@ -60,6 +60,8 @@ class Verdict:
     reason: str
     channel: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    fallbacks: tuple[str, ...] = ()
+    """For a delivery: the next candidates in order, should `channel` fail all its tries."""
 
     @property
     def deliver(self) -> bool:
@@ -136,6 +138,39 @@ def normalize_body(text: str) -> str:
     return _SPACE_OR_PUNCT.sub("", folded) or folded.strip()
 
 
+def channel_candidates(
+    named: str | None,
+    *,
+    owner_channels: Sequence[str | None],
+    connected: Sequence[str],
+    default_channel: str | None,
+    session_channel: str | None,
+) -> tuple[list[str], tuple[str, ...]]:
+    """Every connected channel a message may go to, best first; also say why a wish was ignored.
+
+    The named channel comes first when it is connected; then the channels of the
+    owner's most recent messages among connected ones, newest first (a message
+    stored without a channel was said in the main session: it counts as
+    `session_channel`, the configured channel of type web, when there is one);
+    then the default channel when connected. Each name appears once.
+    """
+    notes: list[str] = []
+    found: list[str] = []
+
+    def add(name: str | None) -> None:
+        if name is not None and name in connected and name not in found:
+            found.append(name)
+
+    if named is not None:
+        if named not in connected:
+            notes.append(f"named channel {named!r} is not connected")
+        add(named)
+    for channel in owner_channels:
+        add(channel or session_channel)
+    add(default_channel)
+    return found, tuple(notes)
+
+
 def choose_channel(
     named: str | None,
     *,
@@ -144,26 +179,15 @@ def choose_channel(
     default_channel: str | None,
     session_channel: str | None,
 ) -> tuple[str | None, tuple[str, ...]]:
-    """Pick exactly one channel, or None for no route; also say why when a wish was ignored.
-
-    The named channel wins when it is connected; else the channel of the owner's
-    most recent message among connected ones (a message stored without a channel
-    was said in the main session: it counts as `session_channel`, the configured
-    channel of type web, when there is one); else the default channel when
-    connected. Never more than one.
-    """
-    notes: list[str] = []
-    if named is not None:
-        if named in connected:
-            return named, ()
-        notes.append(f"named channel {named!r} is not connected")
-    for channel in owner_channels:
-        name = channel or session_channel
-        if name is not None and name in connected:
-            return name, tuple(notes)
-    if default_channel is not None and default_channel in connected:
-        return default_channel, tuple(notes)
-    return None, tuple(notes)
+    """Pick exactly one channel, or None for no route: the first of `channel_candidates`."""
+    found, notes = channel_candidates(
+        named,
+        owner_channels=owner_channels,
+        connected=connected,
+        default_channel=default_channel,
+        session_channel=session_channel,
+    )
+    return (found[0] if found else None), notes
 
 
 def evaluate(
@@ -223,16 +247,23 @@ def evaluate(
     if any(p.at >= horizon and normalize_body(p.body) == key for p in pushes):
         return Verdict(Outcome.SUPPRESSED, Reason.DUPLICATE, notes=skew_notes)
 
-    channel, notes = choose_channel(
+    found, notes = channel_candidates(
         decision.channel,
         owner_channels=history.owner_channels,
         connected=connected,
         default_channel=settings.default_channel,
         session_channel=session_channel,
     )
-    if channel is None:
+    if not found:
         return Verdict(Outcome.SUPPRESSED, Reason.NO_ROUTE, notes=skew_notes + notes)
-    return Verdict(Outcome.DELIVERED, channel, channel=channel, notes=skew_notes + notes)
+    channel, *fallbacks = found
+    return Verdict(
+        Outcome.DELIVERED,
+        channel,
+        channel=channel,
+        notes=skew_notes + notes,
+        fallbacks=tuple(fallbacks),
+    )
 
 
 def _local_midnight(at: datetime, tz: ZoneInfo) -> datetime:

@@ -135,6 +135,10 @@ class Message(_Frozen):
     channel: str | None = None
     origin: Origin = "chat"
     created_at: AwareDatetime
+    round_id: str | None = None
+    """The round a written-back message belongs to."""
+    undelivered: bool = False
+    """A written-back push whose delivery failed: kept for the gate, not shown to the model."""
 
 
 @dataclass(frozen=True)

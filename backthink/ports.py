@@ -63,7 +63,11 @@ class MessageStore(Protocol):
     async def session_view(
         self, owner_id: str, limit: int, *, session_id: str = MAIN_SESSION
     ) -> SessionView:
-        """Return the last `limit` messages and the owner's last message time, in one read."""
+        """Return the last `limit` messages and the owner's last message time, in one read.
+
+        The messages are those the model is shown: a write-back whose delivery
+        failed is left out (it still counts in `owner_activity`).
+        """
         ...
 
     async def owner_activity(
@@ -117,6 +121,10 @@ class Outbox(Protocol):
         """Return deliveries not yet sent nor given up, the earliest due first."""
         ...
 
+    async def reroute(self, delivery_id: str, channel: str, *, at: datetime) -> Delivery:
+        """Move a failed delivery and its write-back message to another channel, pending again."""
+        ...
+
     async def unrecorded(self, *, since: datetime, limit: int = 100) -> list[Delivery]:
         """Return deliveries created at or after `since` whose round has no record yet.
 
@@ -135,7 +143,7 @@ class Outbox(Protocol):
         last_error: str | None,
         at: datetime,
     ) -> None:
-        """Record the result of an attempt."""
+        """Record the result of an attempt; FAILED also marks the write-back undelivered."""
         ...
 
 

@@ -170,8 +170,18 @@ class Thinker:
                 return Ending(verdict.outcome, verdict.reason, decision, reply, notes=notes)
             channel = progress.channel = verdict.channel
             sent = await self._delivery.hand_over(
-                Handoff(start.id, start.owner_id, start.trigger, decision, channel, at)
+                Handoff(
+                    start.id,
+                    start.owner_id,
+                    start.trigger,
+                    decision,
+                    channel,
+                    at,
+                    fallbacks=verdict.fallbacks,
+                )
             )
+            channel = sent.channel or channel
+            notes.extend(sent.notes)
         except StoreError as exc:
             # The decision and its cost stay on the record even when the database fails.
             log.error("round.store_failed", error=str(exc))

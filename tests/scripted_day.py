@@ -194,12 +194,14 @@ async def run_day(url: str) -> list[RoundRecord]:
     await at(13, 30)
     model.push(ModelTimeoutError("model endpoint timed out after 60s"))
     await heartbeat()
-    # 14:30 the daemon restarts and greets; 17:00 the phone is down: delivery_failed.
+    # 14:30 the daemon restarts and greets; 17:00 the phone is down, and so is the web
+    # session its one fallback try goes to: delivery_failed.
     await at(14, 30)
     model.push(push("我回来啦，下午好。"))
     await heartbeat(trigger="startup")
     await at(17, 0)
     phone.fail_next(3)
+    web.fail_next(1)
     model.push(push("下班路上小心。"))
     await heartbeat()
     # 19:30 three pushes since the owner last wrote: only critical may pass now.

@@ -369,3 +369,61 @@ async def test_a_web_delivery_is_committed_as_sent_with_its_write_back() -> None
     (written,) = await proactive_messages(r.messages, "o", 5)
     assert (written.text, written.channel) == ("组会加油。", "web")
     assert await r.rounds.list() == [record]
+
+
+async def test_a_failing_channel_is_skipped_for_its_cooldown() -> None:
+    """A channel that failed every try counts as disconnected until its cooldown ends."""
+    phone, web = RecordingChannel("phone"), RecordingChannel("web")
+    replies = [f"[我决定:push]\n[紧急:warning]\n第{i}条" for i in range(3)]
+    r, _ = rig(*replies, channels=[phone, web], min_interval="0s", max_unanswered=10)
+    await say(r, "从手机发的", ago=timedelta(hours=1), channel="phone")
+    phone.fail_next(3)
+    first = await r.thinker.run_round("o", "heartbeat")
+    assert (first.outcome, first.reason) == (Outcome.DELIVERED, "web")  # the next candidate
+    assert r.thinker.connected() == ["web"]
+    r.clock.advance(timedelta(minutes=5))
+    second = await r.thinker.run_round("o", "heartbeat")
+    assert (second.reason, phone.attempts) == ("web", 3)  # phone is not even tried
+    r.clock.advance(timedelta(minutes=6))
+    third = await r.thinker.run_round("o", "heartbeat")
+    assert third.reason == "phone"  # the cooldown (10 min) is over
+    assert [m.text for m in phone.sent] == ["第2条"]
+
+
+async def test_the_next_candidate_gets_one_try_and_only_one_channel_delivers() -> None:
+    """The owner's channel fails every retry: the next candidate gets one try, no broadcast."""
+    phone, web = RecordingChannel("phone"), RecordingChannel("web")
+    r, _ = rig(PUSH, channels=[phone, web])
+    await say(r, "网页上说的", ago=timedelta(hours=2), channel="web")
+    await say(r, "从手机发的", ago=timedelta(hours=1), channel="phone")
+    phone.fail_next(3)
+    web.fail_next(1)
+    record = await r.thinker.run_round("o", "heartbeat")
+    assert (record.outcome, record.reason, record.channel) == (
+        Outcome.FAILED,
+        "delivery_failed",
+        "web",
+    )
+    assert (phone.attempts, web.attempts) == (3, 1)
+    assert phone.sent == [] and web.sent == []
+    assert "phone failed; tried web instead" in record.notes
+    delivery = await r.outbox.get(record.id)
+    assert delivery is not None and delivery.status is DeliveryStatus.FAILED
+
+
+async def test_an_undelivered_push_is_not_shown_as_said_but_still_counts() -> None:
+    """A push that reached nobody leaves the prompt, yet still holds back a repeat."""
+    web = RecordingChannel("web")
+    web.fail_next(3)
+    r, model = rig(PUSH, PUSH, channels=[web], min_interval="0s")
+    failed = await r.thinker.run_round("o", "heartbeat")
+    assert failed.reason == "delivery_failed"
+    (kept,) = await proactive_messages(r.messages, "o", 5)
+    assert kept.undelivered and kept.round_id == failed.id
+    r.clock.advance(timedelta(hours=1))
+    again = await r.thinker.run_round("o", "heartbeat")
+    assert again.reason == "duplicate"  # the same words within a day, though never received
+    assert all("组会加油。" not in m.text for m in model.calls[1][:-1])
+    r.clock.advance(timedelta(minutes=5))
+    view = await r.messages.session_view("o", 20)
+    assert view.recent == []

@@ -103,10 +103,23 @@ class MemoryMessageStore:
     async def session_view(
         self, owner_id: str, limit: int, *, session_id: str = MAIN_SESSION
     ) -> SessionView:
-        """Return the last `limit` messages (oldest first) and when the owner last wrote."""
-        recent = await self.recent(owner_id, limit, session_id=session_id)
+        """Return the last `limit` messages shown to the model, and when the owner last wrote.
+
+        Oldest first; a write-back whose delivery failed is not shown.
+        """
+        _check_limit(limit)
+        shown = (m for m in self._newest_first(owner_id, session_id, None) if not m.undelivered)
+        recent = list(islice(shown, limit))
+        recent.reverse()
         owner = next(self._newest_first(owner_id, session_id, "user"), None)
         return SessionView(recent=recent, last_owner_message_at=owner.created_at if owner else None)
+
+    def _rewrite_writeback(self, round_id: str, **fields: object) -> None:
+        """Change fields of a round's write-back message, as the SQL outbox does."""
+        for session in self._sessions.values():
+            for i, message in enumerate(session):
+                if message.round_id == round_id:
+                    session[i] = message.model_copy(update=fields)
 
     async def owner_activity(
         self, owner_id: str, *, messages: int, pushes: int, session_id: str = MAIN_SESSION
@@ -198,6 +211,20 @@ class MemoryOutbox:
         rows.sort(key=lambda d: (d.next_attempt_at or d.created_at, d.created_at))
         return rows[:limit]
 
+    async def reroute(self, delivery_id: str, channel: str, *, at: datetime) -> Delivery:
+        """Move a failed delivery and its write-back to another channel, pending again."""
+        row = self._rows[delivery_id].model_copy(
+            update={
+                "channel": channel,
+                "status": DeliveryStatus.PENDING,
+                "next_attempt_at": at,
+                "updated_at": at.astimezone(UTC),
+            }
+        )
+        self._rows[delivery_id] = row
+        self._messages._rewrite_writeback(delivery_id, channel=channel, undelivered=False)
+        return row
+
     async def unrecorded(self, *, since: datetime, limit: int = 100) -> builtins.list[Delivery]:
         """Return deliveries created at or after `since` whose round has no record, oldest first."""
         rows = [
@@ -218,8 +245,10 @@ class MemoryOutbox:
         last_error: str | None,
         at: datetime,
     ) -> None:
-        """Record the result of a delivery attempt."""
+        """Record the result of a delivery attempt; a failure marks the write-back undelivered."""
         row = self._rows[delivery_id]
+        if status is DeliveryStatus.FAILED:
+            self._messages._rewrite_writeback(delivery_id, undelivered=True)
         self._rows[delivery_id] = row.model_copy(
             update={
                 "status": status,

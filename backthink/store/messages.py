@@ -8,7 +8,7 @@ from functools import cache
 from typing import Any
 
 from pydantic import TypeAdapter
-from sqlalchemy import Integer, bindparam, insert
+from sqlalchemy import Integer, bindparam, false, insert
 from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.sql import Executable
 from sqlmodel import col, select
@@ -34,6 +34,12 @@ def _newest() -> SelectOfScalar[MessageRow]:
         col(MessageRow.session_id) == bindparam("session_id"),
     )
     return query.order_by(*_NEWEST_FIRST).limit(bindparam("limit", type_=Integer))
+
+
+@cache
+def _newest_shown() -> SelectOfScalar[MessageRow]:
+    """Like `_newest`, without write-backs whose delivery failed: what the model is shown."""
+    return _newest().where(col(MessageRow.undelivered) == false())
 
 
 @cache
@@ -171,7 +177,7 @@ class SqlMessageStore:
         owner_params = _params(owner_id, 1, session_id)
 
         def read(conn: Connection) -> tuple[Sequence[RowMapping], datetime | None]:
-            rows = conn.execute(_newest(), recent_params).mappings().all()
+            rows = conn.execute(_newest_shown(), recent_params).mappings().all()
             owner_at = next((row["created_at"] for row in rows if row["role"] == "user"), None)
             if owner_at is None:
                 found = conn.execute(_newest_owner_channels(), owner_params).first()

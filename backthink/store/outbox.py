@@ -10,6 +10,7 @@ from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
+from backthink.errors import StoreError
 from backthink.models import Delivery, DeliveryStatus, Message, OutgoingMessage
 from backthink.store.database import Database
 from backthink.store.failures import store_errors
@@ -19,6 +20,26 @@ from backthink.store.tables import DeliveryRow, MessageRow, RoundRow
 # Built once: a delivered round commits one row of each and updates its delivery.
 _INSERT_DELIVERY = insert(DeliveryRow)
 _INSERT_MESSAGE = insert(MessageRow)
+_MARK_UNDELIVERED = (
+    update(MessageRow)
+    .where(col(MessageRow.round_id) == bindparam("delivery_id"))
+    .values(undelivered=True)
+)
+_REROUTE_WRITEBACK = (
+    update(MessageRow)
+    .where(col(MessageRow.round_id) == bindparam("delivery_id"))
+    .values(channel=bindparam("new_channel"), undelivered=False)
+)
+_REROUTE_DELIVERY = (
+    update(DeliveryRow)
+    .where(col(DeliveryRow.id) == bindparam("delivery_id"))
+    .values(
+        channel=bindparam("new_channel"),
+        status=DeliveryStatus.PENDING.value,
+        next_attempt_at=bindparam("next_attempt_at"),
+        updated_at=bindparam("updated_at"),
+    )
+)
 _UPDATE_DELIVERY = (
     update(DeliveryRow)
     .where(col(DeliveryRow.id) == bindparam("delivery_id"))
@@ -138,7 +159,11 @@ class SqlOutbox:
         last_error: str | None,
         at: datetime,
     ) -> None:
-        """Record the result of a delivery attempt."""
+        """Record the result of a delivery attempt; a failure marks the write-back undelivered.
+
+        The write-back stays in the session (it counts for duplicates and rate
+        limits) but the model is no longer shown it as said.
+        """
         values = {
             "delivery_id": delivery_id,
             "status": status.value,
@@ -147,5 +172,36 @@ class SqlOutbox:
             "last_error": last_error,
             "updated_at": at.astimezone(UTC),
         }
+        failed = status is DeliveryStatus.FAILED
+
+        def record(conn: Connection) -> None:
+            conn.execute(_UPDATE_DELIVERY, values)
+            if failed:
+                conn.execute(_MARK_UNDELIVERED, {"delivery_id": delivery_id})
+
         with store_errors("could not update delivery"):
-            await self._db.write(lambda c: c.execute(_UPDATE_DELIVERY, values))
+            await self._db.write(record)
+
+    async def reroute(self, delivery_id: str, channel: str, *, at: datetime) -> Delivery:
+        """Move a failed delivery and its write-back to another channel, pending again.
+
+        Raises:
+            StoreError: the database failed, or there is no such delivery.
+        """
+        values = {
+            "delivery_id": delivery_id,
+            "new_channel": channel,
+            "next_attempt_at": at.astimezone(UTC),
+            "updated_at": at.astimezone(UTC),
+        }
+
+        def both(conn: Connection) -> None:
+            conn.execute(_REROUTE_DELIVERY, values)
+            conn.execute(_REROUTE_WRITEBACK, values)
+
+        with store_errors("could not reroute delivery"):
+            await self._db.write(both)
+        moved = await self.get(delivery_id)
+        if moved is None:
+            raise StoreError(f"could not reroute delivery: no delivery {delivery_id!r}")
+        return moved

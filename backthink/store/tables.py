@@ -8,7 +8,18 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Boolean, CheckConstraint, Float, Index, Integer, MetaData, String, Text
+from sqlalchemy import (
+    Boolean,
+    CheckConstraint,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    false,
+    text,
+)
 from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
@@ -55,6 +66,13 @@ class MessageRow(_Table, table=True):
         # The owner's newest messages (the activity gate, the reply channel) without
         # walking back through every companion message written since.
         Index("ix_message_role", "owner_id", "session_id", "role", "created_at", "id"),
+        # A failed delivery marks its write-back by round id; only write-backs carry one.
+        Index(
+            "ix_message_round",
+            "round_id",
+            sqlite_where=text("round_id IS NOT NULL"),
+            postgresql_where=text("round_id IS NOT NULL"),
+        ),
         CheckConstraint(_one_of("origin", ORIGINS), name="origin"),
     )
 
@@ -68,6 +86,11 @@ class MessageRow(_Table, table=True):
     speaker: str | None = Field(default=None, sa_type=String)
     channel: str | None = Field(default=None, sa_type=String)
     origin: str = Field(default="chat", sa_type=String)
+    # Set on a write-back: the round it belongs to, and whether its delivery failed.
+    round_id: str | None = Field(default=None, sa_type=String)
+    undelivered: bool = Field(
+        default=False, sa_type=Boolean, sa_column_kwargs={"server_default": false()}
+    )
     created_at: datetime = Field(sa_type=UTCDateTime)
 
 
