@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from dataclasses import dataclass
+from datetime import datetime
 
 import structlog
 
@@ -18,7 +20,7 @@ from backthink.config import Settings
 from backthink.delivery import Dispatcher, Handoff
 from backthink.errors import ModelError, StoreError
 from backthink.footer import parse_footer, reject_echo, reject_prompt_echo, suppression_reason
-from backthink.models import Outcome, Reason, RoundRecord
+from backthink.models import Outcome, Reason, RoundRecord, SessionView
 from backthink.ports import Clock, MessageStore, ModelClient
 from backthink.record import (
     INTERRUPTED_NOTE,
@@ -29,6 +31,7 @@ from backthink.record import (
     round_record,
 )
 from backthink.request import Request, RequestBuilder
+from backthink.state import FUTURE_SKEW
 
 log = structlog.get_logger("backthink.round")
 
@@ -124,7 +127,7 @@ class Thinker:
             settings=g,
             tz=tz,
             connected=self.connected(),
-            last_owner_message_at=view.last_owner_message_at,
+            last_owner_message_at=_latest_credible(view, start.started),
             at=start.started,
         )
         if skip is not None:
@@ -154,10 +157,13 @@ class Thinker:
 
         try:
             at = self._clock.now()
+            history = await self._history(start.owner_id, at)
+            if history.ignored_future:
+                notes.append(gate.FUTURE_OWNER_MESSAGE_NOTE)
             verdict = gate.evaluate(
                 decision,
                 state=request.state.state,
-                history=await self._history(start.owner_id),
+                history=history.gate,
                 connected=self.connected(),
                 session_channel=self._delivery.session_channel,
                 settings=g,
@@ -193,7 +199,7 @@ class Thinker:
             return Ending(Outcome.FAILED, Reason.DELIVERY_FAILED, decision, reply, channel, failure)
         return Ending(Outcome.DELIVERED, channel, decision, reply, channel, notes)
 
-    async def _history(self, owner_id: str) -> gate.GateHistory:
+    async def _history(self, owner_id: str, at: datetime) -> _History:
         # Read fresh after the model call, so a message the owner sent while it was
         # thinking counts; newest first, so the first row is the owner's latest.
         g = self._settings.gate
@@ -205,11 +211,16 @@ class Thinker:
         activity = await self._messages.owner_activity(
             owner_id, messages=OWNER_CHANNEL_LOOKBACK, pushes=lookback
         )
-        owner = activity.owner_messages
-        return gate.GateHistory(
-            last_owner_message_at=owner[0][1] if owner else None,
-            owner_channels=[channel for channel, _ in owner],
-            pushes=activity.pushes,
+        # A message dated past the clock skew (a wrong clock where it was written) is
+        # no activity, and must not hide the owner's real latest message either.
+        owner = [(ch, when) for ch, when in activity.owner_messages if when <= at + FUTURE_SKEW]
+        return _History(
+            gate.GateHistory(
+                last_owner_message_at=owner[0][1] if owner else None,
+                owner_channels=[channel for channel, _ in owner],
+                pushes=activity.pushes,
+            ),
+            ignored_future=len(owner) < len(activity.owner_messages),
         )
 
     async def resume(self) -> int:
@@ -226,3 +237,25 @@ class Thinker:
                 record = resumed_record(left.delivery, left.result, finished=self._clock.now())
                 await self._recorder.save(record)
         return len(resumed)
+
+
+@dataclass(frozen=True)
+class _History:
+    gate: gate.GateHistory
+    ignored_future: bool
+
+
+def _latest_credible(view: SessionView, at: datetime) -> datetime | None:
+    """When the owner last wrote, passing over messages dated beyond the clock skew."""
+    last = view.last_owner_message_at
+    if last is None or last <= at + FUTURE_SKEW:
+        return last
+    # The newest is mis-dated: the owner's real latest message is in the window, if recent.
+    return max(
+        (
+            m.created_at
+            for m in view.recent
+            if m.role == "user" and m.created_at <= at + FUTURE_SKEW
+        ),
+        default=None,
+    )

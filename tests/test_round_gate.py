@@ -427,3 +427,17 @@ async def test_an_undelivered_push_is_not_shown_as_said_but_still_counts() -> No
     r.clock.advance(timedelta(minutes=5))
     view = await r.messages.session_view("o", 20)
     assert view.recent == []
+
+
+async def test_a_future_dated_message_neither_silences_nor_hides_the_owner() -> None:
+    """A mis-dated owner message is no activity, and the real latest message still counts."""
+    r, model = rig(PUSH)
+    await say(r, "时钟错了的消息", ago=-timedelta(days=3))
+    record = await r.thinker.run_round("o", "heartbeat")
+    assert (record.outcome, record.reason) == (Outcome.DELIVERED, "web")
+    assert "the owner's last message is dated in the future; it is ignored" in record.notes
+    await say(r, "我在呢", ago=timedelta(minutes=2))
+    r.clock.advance(timedelta(minutes=1))
+    talking = await r.thinker.run_round("o", "heartbeat")
+    assert (talking.outcome, talking.reason) == (Outcome.SKIPPED, "owner_active")
+    assert len(model.calls) == 1
