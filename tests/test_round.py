@@ -10,7 +10,14 @@ import pytest
 
 from backthink.config import Settings
 from backthink.errors import ModelError, ModelTimeoutError, StoreError
-from backthink.models import Availability, Message, ModelMessage, Outcome, RoundState
+from backthink.models import (
+    Availability,
+    Message,
+    ModelMessage,
+    Outcome,
+    RoundState,
+    SessionView,
+)
 from backthink.round import Thinker
 from backthink.testing import (
     FakeClock,
@@ -40,7 +47,9 @@ def settings(**gate: object) -> Settings:
 class BrokenStore(MemoryMessageStore):
     """A message store whose history reads fail."""
 
-    async def recent(self, owner_id: str, limit: int, *, session_id: str = "main") -> list[Message]:
+    async def session_view(
+        self, owner_id: str, limit: int, *, session_id: str = "main"
+    ) -> SessionView:
         raise StoreError("database is locked")
 
 
