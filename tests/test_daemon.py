@@ -136,12 +136,10 @@ def test_restart_storm_greets_once(
     assert len(fake.chat_requests) == 1
 
 
-def test_sigterm_waits_for_the_running_round(
-    workdir: Workdir, fake: FakeOpenAI, daemon_env: dict[str, str]
-) -> None:
-    """SIGTERM mid-round: no new rounds, the running one finishes and is recorded, exit 0."""
-    fake.script(Reply("[我决定:no_push]", delay_s=2.0))
-    env = dict(daemon_env, BACKTHINK_SCHEDULE__HEARTBEAT="1h")
+def stop_mid_round(
+    workdir: Workdir, fake: FakeOpenAI, env: dict[str, str]
+) -> tuple[int, DaemonProcess]:
+    """Start the daemon, send SIGTERM once its startup round is waiting for the model."""
     daemon = DaemonProcess(workdir, env)
     try:
         daemon.wait_for("daemon.ready")
@@ -150,6 +148,17 @@ def test_sigterm_waits_for_the_running_round(
             time.sleep(0.02)
     finally:
         code = daemon.stop()
+    return code, daemon
+
+
+def test_sigterm_waits_for_the_running_round(
+    workdir: Workdir, fake: FakeOpenAI, daemon_env: dict[str, str]
+) -> None:
+    """SIGTERM mid-round: no new rounds, the running one finishes and is recorded, exit 0."""
+    fake.script(Reply("[我决定:no_push]", delay_s=2.0))
+    code, daemon = stop_mid_round(
+        workdir, fake, dict(daemon_env, BACKTHINK_SCHEDULE__HEARTBEAT="1h")
+    )
     assert code == 0
     stopping = daemon.wait_for("daemon.stopping")
     assert stopping["running_rounds"] == 1
@@ -165,14 +174,7 @@ def test_sigterm_past_the_drain_timeout_records_the_round_interrupted(
     env = dict(
         daemon_env, BACKTHINK_SCHEDULE__HEARTBEAT="1h", BACKTHINK_DAEMON__DRAIN_TIMEOUT="500ms"
     )
-    daemon = DaemonProcess(workdir, env)
-    try:
-        daemon.wait_for("daemon.ready")
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not fake.chat_requests and time.monotonic() < deadline:
-            time.sleep(0.02)
-    finally:
-        code = daemon.stop()
+    code, daemon = stop_mid_round(workdir, fake, env)
     assert code == 0
     assert daemon.wait_for("daemon.stopped")["drained"] is False
     logged = rounds(workdir)
