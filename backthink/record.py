@@ -143,10 +143,12 @@ class Spill:
         records not yet written go back into the spill.
         """
         claimed = self.path.with_name(f"{self.path.name}.{os.getpid()}.draining")
+        self._adopt_orphans(claimed)
         try:
             os.replace(self.path, claimed)
         except FileNotFoundError:
-            return 0
+            if not claimed.exists():
+                return 0
         lines = claimed.read_text(encoding="utf-8").splitlines()
         written = 0
         for i, line in enumerate(lines):
@@ -168,10 +170,31 @@ class Spill:
             log.info("round.spill_written", count=written)
         return written
 
+    def _adopt_orphans(self, claimed: Path) -> None:
+        """Take over records a process claimed and died with before writing them in."""
+        for other in self.path.parent.glob(f"{self.path.name}.*.draining"):
+            pid = other.name.removeprefix(f"{self.path.name}.").removesuffix(".draining")
+            if other == claimed or not pid.isdigit() or _alive(int(pid)):
+                continue
+            with other.open(encoding="utf-8") as orphan:
+                for line in orphan.read().splitlines():
+                    self._put_back(line)
+            other.unlink()
+
     def _put_back(self, line: str) -> None:
         with self.path.open("a", encoding="utf-8") as out:
             fcntl.flock(out, fcntl.LOCK_EX)
             out.write(line + "\n")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process is alive
+    return True
 
 
 class Recorder:
