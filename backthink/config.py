@@ -213,6 +213,10 @@ class PromptSettings(_Section):
 
     language: Literal["zh", "en"] = "zh"
     recent_messages: int = Field(default=20, ge=0, le=500)
+    # characters: the text of the whole request (persona, history, instruction prompt)
+    max_chars: int = Field(default=48_000, ge=2_000, le=10_000_000)
+    # characters: one message's text past this is cut, with a visible marker
+    message_chars: int = Field(default=4_000, ge=100, le=1_000_000)
     dir: Path = Path("config/prompts")
 
 
@@ -221,6 +225,8 @@ class StateSettings(_Section):
 
     file: Path | None = Path("var/state.json")
     max_age: Duration = timedelta(hours=6)
+    # bytes: a larger file counts as unknown and is never read whole
+    max_bytes: int = Field(default=65_536, ge=256, le=64 * 1024 * 1024)
 
 
 class DaemonSettings(_Section):

@@ -95,6 +95,7 @@ class StateProblem(StrEnum):
     UNDATED = "state_undated"
     FROM_FUTURE = "state_from_future"
     STALE = "state_stale"
+    TOO_LARGE = "state_too_large"
 
     @property
     def expected(self) -> bool:
