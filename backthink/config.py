@@ -298,6 +298,11 @@ class Settings(BaseSettings):
     daemon: DaemonSettings = DaemonSettings()
     channels: dict[str, ChannelSettings] = Field(default_factory=_default_channels)
 
+    @property
+    def owner_ids(self) -> list[str]:
+        """The owners rounds may run for: today the one `[owner]` section."""
+        return [self.owner.id]
+
     @classmethod
     def settings_customise_sources(
         cls,
