@@ -139,6 +139,9 @@ class ModelSettings(_Section):
     timeout_s: float = Field(default=60.0, gt=0, le=3600)
     max_retries: int = Field(default=2, ge=0, le=10)
     max_tokens: int = Field(default=400, ge=16, le=32768)
+    # Whether owners' images are sent: "auto" sends them until the endpoint refuses
+    # image input, then sends a text placeholder for the life of the process.
+    vision: Literal["auto"] | bool = "auto"
 
     @field_validator("base_url")
     @classmethod

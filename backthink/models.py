@@ -190,6 +190,8 @@ class ModelReply(_Frozen):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     latency_ms: float
+    notes: list[str] = Field(default_factory=list)
+    """What the client changed to get this reply (e.g. images left out), for the round's record."""
 
 
 class Decision(_Frozen):

@@ -127,6 +127,7 @@ class Thinker:
             reply = await self._model.complete(request.messages)
         except ModelError as exc:
             return Ending(Outcome.FAILED, exc.reason, notes=[*notes, str(exc)])
+        notes.extend(reply.notes)
 
         decision = parse_footer(reply.text, max_body_chars=g.max_body_chars)
         decision = reject_echo(decision, (m.text for m in request.recent if m.role != "assistant"))
