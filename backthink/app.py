@@ -177,7 +177,10 @@ def build_app(
         settings,
         prompts=PromptBook.load(prompts_dir or settings.prompt.dir, settings.prompt.language),
         persona_prompt=read_persona_prompt(settings) if persona_prompt is None else persona_prompt,
-        state=state or FileStateProvider(settings.state.file, settings.state.max_age),
+        state=state
+        or FileStateProvider(
+            settings.state.file, settings.state.max_age, max_bytes=settings.state.max_bytes
+        ),
     )
     recorder = Recorder(rounds, spill=spill)
     thinker = Thinker(

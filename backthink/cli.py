@@ -50,8 +50,12 @@ class Context:
         return load_settings(self.config)
 
     def owner_id(self, settings: Settings) -> str:
-        """The owner this command acts for."""
-        return self.owner or settings.owner.id
+        """The owner this command acts for (raises InputError for one not configured)."""
+        owner = self.owner or settings.owner.id
+        if owner not in settings.owner_ids:
+            configured = ", ".join(settings.owner_ids)
+            raise InputError(f"unknown owner {owner!r} (configured: {configured})")
+        return owner
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
@@ -359,7 +363,8 @@ def poke_cmd(
 
     c: Context = ctx.obj
     settings = c.settings()
-    answer = _run(poke(settings.daemon.socket, text, owner_id=c.owner, timeout_s=timeout))
+    owner = c.owner_id(settings) if c.owner else None
+    answer = _run(poke(settings.daemon.socket, text, owner_id=owner, timeout_s=timeout))
     _print_json(answer)
     if answer.get("outcome") == Outcome.FAILED:
         raise typer.Exit(1)

@@ -139,6 +139,9 @@ class ModelSettings(_Section):
     timeout_s: float = Field(default=60.0, gt=0, le=3600)
     max_retries: int = Field(default=2, ge=0, le=10)
     max_tokens: int = Field(default=400, ge=16, le=32768)
+    # Whether owners' images are sent: "auto" sends them until the endpoint refuses
+    # image input, then sends a text placeholder for the life of the process.
+    vision: Literal["auto"] | bool = "auto"
 
     @field_validator("base_url")
     @classmethod
@@ -155,8 +158,13 @@ class DatabaseSettings(_Section):
 
     url: str = "sqlite+aiosqlite:///var/backthink.db"
     busy_timeout: Duration = timedelta(seconds=5)
-    # Round records the database refused wait here; None means beside a SQLite file.
+    # Round records the database refused wait here; None ("") means beside a SQLite file.
     spill_file: Path | None = None
+
+    @field_validator("spill_file", mode="before")
+    @classmethod
+    def _empty_is_default(cls, value: object) -> object:
+        return None if value == "" else value
 
     @property
     def busy_timeout_ms(self) -> int:
@@ -235,6 +243,10 @@ class PromptSettings(_Section):
 
     language: Literal["zh", "en"] = "zh"
     recent_messages: int = Field(default=20, ge=0, le=500)
+    # characters: the text of the whole request (persona, history, instruction prompt)
+    max_chars: int = Field(default=48_000, ge=2_000, le=10_000_000)
+    # characters: one message's text past this is cut, with a visible marker
+    message_chars: int = Field(default=4_000, ge=100, le=1_000_000)
     dir: Path = Path("config/prompts")
 
 
@@ -243,6 +255,8 @@ class StateSettings(_Section):
 
     file: Path | None = Path("var/state.json")
     max_age: Duration = timedelta(hours=6)
+    # bytes: a larger file counts as unknown and is never read whole
+    max_bytes: int = Field(default=65_536, ge=256, le=64 * 1024 * 1024)
 
 
 class DaemonSettings(_Section):
@@ -313,6 +327,11 @@ class Settings(BaseSettings):
     state: StateSettings = StateSettings()
     daemon: DaemonSettings = DaemonSettings()
     channels: dict[str, ChannelSettings] = Field(default_factory=_default_channels)
+
+    @property
+    def owner_ids(self) -> list[str]:
+        """The owners rounds may run for: today the one `[owner]` section."""
+        return [self.owner.id]
 
     @classmethod
     def settings_customise_sources(

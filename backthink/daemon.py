@@ -116,7 +116,7 @@ class Daemon:
         if self._app.model is None:
             log.warning("daemon.model_missing", hint=MODEL_MISSING_HINT)
         await self._app.thinker.resume()
-        server = await poke.serve(s.daemon.socket, self.run_round, self._owners[0])
+        server = await poke.serve(s.daemon.socket, self.run_round, self._owners)
         scheduler = build_scheduler(s, self._owners, self._job)
         scheduler.start()
         helpers: list[asyncio.Task[None]] = []

@@ -14,6 +14,10 @@ from backthink.models import Message
 from backthink.state import FUTURE_SKEW
 
 ROLES = ("user", "assistant", "system")
+# characters; far above any chat message, far below what would bloat every round's read
+IMPORT_MAX_CHARS = 1_000_000
+# characters; a URL or a data URI of an image of about 3.7 MB
+IMPORT_MAX_IMAGE_CHARS = 5_000_000
 
 
 class MessageInput(BaseModel):
@@ -27,6 +31,20 @@ class MessageInput(BaseModel):
     speaker: str | None = None
     image: str | None = None
     at: datetime | None = None
+
+    @field_validator("text")
+    @classmethod
+    def _bounded_text(cls, value: str) -> str:
+        if len(value) > IMPORT_MAX_CHARS:
+            raise ValueError(f"longer than {IMPORT_MAX_CHARS} characters")
+        return value
+
+    @field_validator("image")
+    @classmethod
+    def _bounded_image(cls, value: str | None) -> str | None:
+        if value is not None and len(value) > IMPORT_MAX_IMAGE_CHARS:
+            raise ValueError(f"longer than {IMPORT_MAX_IMAGE_CHARS} characters")
+        return value
 
     @field_validator("role")
     @classmethod

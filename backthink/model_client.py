@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import openai
+import structlog
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from backthink.config import ModelSettings
@@ -28,6 +29,21 @@ DETAIL_MAX_CHARS = 160  # characters of a server's error message kept in our err
 # OpenAI-style keys, whole or masked ("sk-abc1****wxyz"), as some servers echo them.
 _KEY_LIKE = re.compile(r"\bsk-[A-Za-z0-9_*\-]{4,}")
 _REDACTED = "[redacted]"
+
+log = structlog.get_logger("backthink.model_client")
+
+# Sent in place of an image the endpoint must not get. The client does not know the
+# prompt language, and every chat model reads this much English.
+IMAGE_PLACEHOLDER = "[image: not shown to this model]"
+# How text-only endpoints refuse image parts: llama.cpp without a projector (500,
+# "image input is not supported"), vLLM ("... is not a multimodal model"), Ollama
+# ("this model does not support image input"), OpenAI ("Invalid content type.
+# image_url is only supported by certain models"), strict schemas (422, "unknown
+# variant `image_url`"). Only these statuses, and only with such words, count.
+IMAGE_REFUSAL_STATUSES = frozenset({400, 415, 422, 500})
+_IMAGE_REFUSAL = re.compile(
+    r"image|vision|multi-?modal|mmproj|content[ _-]?(?:type|part)|unknown variant", re.IGNORECASE
+)
 
 
 class _Lenient(BaseModel):
@@ -112,6 +128,8 @@ class OpenAIModelClient:
             max_retries=settings.max_retries,
         )
         self._closed = False
+        # Learned once per client: the endpoint refused image input (vision = "auto").
+        self._image_refusal: str | None = None
 
     @property
     def model_name(self) -> str:
@@ -130,13 +148,23 @@ class OpenAIModelClient:
         """
         self._check_open()
         started = time.perf_counter()
-        request = request_body(self._settings, messages)
+        images = sum(1 for m in messages if m.image)
+        send_images = self.sends_images
+        notes: list[str] = []
+        if images and not send_images and self._image_refusal is not None:
+            notes.append(_withheld(images, f"{self._image_refusal} earlier"))
         with self._translate_errors(messages):
-            # The payload is already plain JSON for the server, so the SDK's generic
-            # POST is used: it keeps auth, timeouts, retries and error mapping, and
-            # skips the per-field TypedDict transform `chat.completions.create` runs,
-            # which costs several milliseconds of CPU per round.
-            body = await self._client.post("/chat/completions", cast_to=str, body=request)
+            try:
+                body = await self._post(request_body(self._settings, messages, images=send_images))
+            except openai.APIStatusError as exc:
+                if not (images and send_images and self._settings.vision == "auto"):
+                    raise
+                if not _refuses_images(exc):
+                    raise
+                self._image_refusal = f"the endpoint refused image input (HTTP {exc.status_code})"
+                log.warning("model.images_refused", status=exc.status_code)
+                notes.append(_withheld(images, f"{self._image_refusal}; retried without"))
+                body = await self._post(request_body(self._settings, messages, images=False))
         latency_ms = (time.perf_counter() - started) * 1000
         completion = _parse(_Completion, body)
         if not completion.choices:
@@ -153,7 +181,21 @@ class OpenAIModelClient:
             prompt_tokens=usage.prompt_tokens if usage else None,
             completion_tokens=usage.completion_tokens if usage else None,
             latency_ms=latency_ms,
+            notes=notes,
         )
+
+    @property
+    def sends_images(self) -> bool:
+        """Whether the next request carries image parts, given the setting and what was learned."""
+        vision = self._settings.vision
+        return vision is True or (vision == "auto" and self._image_refusal is None)
+
+    async def _post(self, request: dict[str, Any]) -> str:
+        # The payload is already plain JSON for the server, so the SDK's generic
+        # POST is used: it keeps auth, timeouts, retries and error mapping, and
+        # skips the per-field TypedDict transform `chat.completions.create` runs,
+        # which costs several milliseconds of CPU per round.
+        return await self._client.post("/chat/completions", cast_to=str, body=request)
 
     async def probe(self) -> str:
         """Check that the endpoint answers, for `backthink check`.
@@ -264,19 +306,30 @@ class OpenAIModelClient:
         return text
 
 
-def request_body(settings: ModelSettings, messages: Sequence[ModelMessage]) -> dict[str, Any]:
-    """The JSON body of one chat-completions request, exactly as it is POSTed."""
+def request_body(
+    settings: ModelSettings, messages: Sequence[ModelMessage], *, images: bool | None = None
+) -> dict[str, Any]:
+    """The JSON body of one chat-completions request, exactly as it is POSTed.
+
+    `images` says whether image parts are sent; None follows `settings.vision`
+    alone (a new client, which has learned nothing yet). Without them, a message's
+    image becomes `IMAGE_PLACEHOLDER` on a line after its text.
+    """
+    send = settings.vision is not False if images is None else images
     return {
         "model": settings.name,
-        "messages": [_to_payload(message) for message in messages],
+        "messages": [_to_payload(message, images=send) for message in messages],
         "max_tokens": settings.max_tokens,
     }
 
 
-def _to_payload(message: ModelMessage) -> dict[str, Any]:
+def _to_payload(message: ModelMessage, *, images: bool) -> dict[str, Any]:
     """Convert one ModelMessage to a chat message: plain text, or text and image parts."""
     if message.image is None:
         return {"role": message.role, "content": message.text}
+    if not images:
+        text = f"{message.text}\n{IMAGE_PLACEHOLDER}" if message.text else IMAGE_PLACEHOLDER
+        return {"role": message.role, "content": text}
     return {
         "role": message.role,
         "content": [
@@ -296,6 +349,18 @@ def _parse(model: type[_T], body: str) -> _T:
             raise _unusable("the body is not JSON") from None
         where = ".".join(str(part) for part in first["loc"]) or "the top level"
         raise _unusable(f"unexpected shape at {where}: {first['msg']}") from None
+
+
+def _refuses_images(exc: openai.APIStatusError) -> bool:
+    """Whether an error answer says the endpoint takes no image input."""
+    if exc.status_code not in IMAGE_REFUSAL_STATUSES:
+        return False
+    return bool(_IMAGE_REFUSAL.search(_error_detail(exc.body) or exc.message))
+
+
+def _withheld(count: int, why: str) -> str:
+    images = "1 image" if count == 1 else f"{count} images"
+    return f"images_withheld: {images} replaced by a placeholder: {why}"
 
 
 def _unusable(why: str) -> ModelError:

@@ -95,6 +95,7 @@ class StateProblem(StrEnum):
     UNDATED = "state_undated"
     FROM_FUTURE = "state_from_future"
     STALE = "state_stale"
+    TOO_LARGE = "state_too_large"
 
     @property
     def expected(self) -> bool:
@@ -193,6 +194,8 @@ class ModelReply(_Frozen):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     latency_ms: float
+    notes: list[str] = Field(default_factory=list)
+    """What the client changed to get this reply (e.g. images left out), for the round's record."""
 
 
 class Decision(_Frozen):

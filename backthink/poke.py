@@ -3,8 +3,10 @@
 Protocol: the client sends one JSON line `{"trigger": "...", "owner_id": "..."}`
 (owner optional) and reads one JSON line back: the round's summary
 (`round_id`, `trigger`, `outcome`, `reason`, `channel`, `decision`), or
-`{"error": "..."}`. The socket file is created with mode 0600, so only the
-daemon's own user can poke it.
+`{"error": "..."}`. The line is at most `MAX_REQUEST_BYTES`, the trigger at
+most `MAX_TRIGGER_CHARS`, and the owner one the daemon serves; every refusal
+is such an error object, never a dropped connection. The socket file is
+created with mode 0600, so only the daemon's own user can poke it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import contextlib
 import json
 import os
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,14 @@ from backthink.models import RoundRecord
 
 log = structlog.get_logger("backthink.poke")
 
-MAX_REQUEST_BYTES = 64 * 1024  # bytes; a trigger is one short line of text
+MAX_REQUEST_BYTES = 16 * 1024  # bytes of the one request line
+MAX_TRIGGER_CHARS = 500  # characters; a trigger is one short line of text
+READ_TIMEOUT_S = 10.0  # seconds a client has to send its request line
+# bytes of an oversized request read and thrown away, so the client gets to read
+# its answer instead of a reset connection; past this the connection is closed
+DISCARD_MAX_BYTES = 64 * 1024 * 1024
+DISCARD_CHUNK = 64 * 1024  # bytes per read while discarding
+BAD_REQUEST = 'expected one JSON line like {"trigger": "..."}'
 PUBLIC_FIELDS = ("round_id", "trigger", "outcome", "reason", "channel", "decision")
 
 RunRound = Callable[[str, str], Awaitable[RoundRecord]]
@@ -35,12 +44,19 @@ class NoDaemonError(BackthinkError):
     """No daemon listens on the socket."""
 
 
-async def serve(path: Path, run_round: RunRound, default_owner: str) -> asyncio.Server:
-    """Listen on `path`; each request runs one round and answers with its summary."""
+async def serve(path: Path, run_round: RunRound, owners: Sequence[str]) -> asyncio.Server:
+    """Listen on `path`; each request runs one round and answers with its summary.
+
+    Args:
+        path: the socket file.
+        run_round: runs one round for (owner, trigger).
+        owners: the owners rounds may run for; the first is the default.
+    """
+    allowed = list(owners)
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            answer = await _answer(await reader.readline(), run_round, default_owner)
+            answer = await _serve_one(reader, run_round, allowed)
             writer.write(json.dumps(answer, ensure_ascii=False).encode() + b"\n")
             await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -60,22 +76,73 @@ async def serve(path: Path, run_round: RunRound, default_owner: str) -> asyncio.
     return server
 
 
-async def _answer(line: bytes, run_round: RunRound, default_owner: str) -> dict[str, Any]:
+async def _serve_one(
+    reader: asyncio.StreamReader, run_round: RunRound, owners: Sequence[str]
+) -> dict[str, Any]:
     try:
-        request = json.loads(line)
-        trigger = str(request["trigger"]).strip()
-        owner = str(request.get("owner_id") or default_owner)
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return {"error": 'expected one JSON line like {"trigger": "..."}'}
-    if not trigger:
-        return {"error": "the trigger text is empty"}
+        line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT_S)
+    except TimeoutError:
+        return _refuse(f"no request line within {READ_TIMEOUT_S:g} s")
+    except ValueError:
+        # The line passed the stream's limit; the rest of it is still on its way.
+        await _discard_line(reader)
+        return _refuse(f"the request is longer than {MAX_REQUEST_BYTES} bytes")
+    parsed = parse_request(line, owners)
+    if isinstance(parsed, str):
+        return _refuse(parsed)
+    owner, trigger = parsed
     log.info("poke.received", owner_id=owner)
     try:
         record = await run_round(owner, trigger)
     except BackthinkError as exc:
         return {"error": str(exc)}
+    except Exception:
+        # run_round records its own failures; anything reaching here is a bug, and
+        # the client still gets an answer rather than a closed socket.
+        log.exception("poke.crashed", owner_id=owner)
+        return {"error": "internal error: the round could not run"}
     summary = record.summary()
     return {key: summary[key] for key in PUBLIC_FIELDS}
+
+
+def parse_request(line: bytes, owners: Sequence[str]) -> tuple[str, str] | str:
+    """Read one request line into (owner, trigger), or say why it is refused."""
+    try:
+        request = json.loads(line)
+    except ValueError:
+        return BAD_REQUEST
+    if not isinstance(request, dict) or not isinstance(request.get("trigger"), str):
+        return BAD_REQUEST
+    owner = request.get("owner_id") or owners[0]
+    if not isinstance(owner, str):
+        return "owner_id must be a string"
+    if owner not in owners:
+        return f"unknown owner {owner!r}"
+    trigger = request["trigger"].strip()
+    if not trigger:
+        return "the trigger text is empty"
+    if len(trigger) > MAX_TRIGGER_CHARS:
+        return f"the trigger is longer than {MAX_TRIGGER_CHARS} characters"
+    return owner, trigger
+
+
+async def _discard_line(reader: asyncio.StreamReader) -> None:
+    """Read and drop input up to the end of the current line, within bounds of size and time."""
+    left = DISCARD_MAX_BYTES
+    try:
+        async with asyncio.timeout(READ_TIMEOUT_S):
+            while left > 0:
+                chunk = await reader.read(DISCARD_CHUNK)
+                if not chunk or b"\n" in chunk:
+                    return
+                left -= len(chunk)
+    except TimeoutError:
+        return
+
+
+def _refuse(error: str) -> dict[str, Any]:
+    log.warning("poke.refused", error=error)
+    return {"error": error}
 
 
 def _remove_stale(path: Path) -> None:
@@ -106,12 +173,14 @@ async def poke(
         raise NoDaemonError(f"no daemon is running (nothing listens on {path})") from None
     try:
         request = {"trigger": trigger, "owner_id": owner_id}
-        writer.write(json.dumps(request, ensure_ascii=False).encode() + b"\n")
-        await writer.drain()
         try:
+            writer.write(json.dumps(request, ensure_ascii=False).encode() + b"\n")
+            await writer.drain()
             line = await asyncio.wait_for(reader.readline(), timeout_s)
         except TimeoutError:
             raise BackthinkError(f"the daemon did not answer within {timeout_s:.0f}s") from None
+        except (ConnectionError, ValueError) as exc:
+            raise BackthinkError(f"the daemon closed the connection: {exc}") from None
     finally:
         writer.close()
         with contextlib.suppress(ConnectionError):

@@ -22,6 +22,13 @@ from backthink.models import RoundState, Trigger
 TEMPLATE_NAMES = ("guidance", "startup")
 MAX_SCHEDULE_ITEMS = 5
 SCHEDULE_HORIZON = timedelta(hours=24)
+# The state file is written by other programs, so every part of its block is bounded:
+# a runaway note or device fact must not crowd the conversation out of the budget.
+MAX_DEVICE_FACTS = 12
+MAX_NOTES = 5
+STATE_KEY_CHARS = 40  # characters of a device fact's name
+STATE_TEXT_CHARS = 200  # characters of a fact's value, a schedule title or a note
+TRIGGER_CHARS = 500  # characters of a free-text trigger (a poke's text)
 
 _WEEKDAYS = {
     "zh": ("周一", "周二", "周三", "周四", "周五", "周六", "周日"),
@@ -146,7 +153,7 @@ def describe_trigger(trigger: str, language: Language) -> str:
     """Name the trigger for the model; free text (a poke) is passed through as written."""
     kind = Trigger.of(trigger)
     if kind is Trigger.POKE:
-        return trigger.strip()
+        return clip(trigger.strip(), TRIGGER_CHARS)
     return _LABELS[language][kind.value]
 
 
@@ -157,7 +164,10 @@ def render_state_block(state: RoundState, *, at: datetime, tz: ZoneInfo, languag
     if state.availability is not None:
         lines.append(labels["availability"].format(labels[state.availability.value]))
     if state.device:
-        facts = labels["sep"].join(f"{k}={_fact(v)}" for k, v in state.device.items())
+        facts = labels["sep"].join(
+            f"{clip(str(k), STATE_KEY_CHARS)}={clip(_fact(v), STATE_TEXT_CHARS)}"
+            for k, v in list(state.device.items())[:MAX_DEVICE_FACTS]
+        )
         lines.append(labels["device"].format(facts))
     upcoming = sorted(
         (item for item in state.schedule if at <= item.at <= at + SCHEDULE_HORIZON),
@@ -167,12 +177,24 @@ def render_state_block(state: RoundState, *, at: datetime, tz: ZoneInfo, languag
         lines.append(labels["schedule"])
         for item in upcoming:
             when = item.at.astimezone(tz).strftime("%H:%M")
-            lines.append(labels["item"].format(when, _span(item.at - at, language), item.title))
+            title = clip(item.title, STATE_TEXT_CHARS)
+            lines.append(labels["item"].format(when, _span(item.at - at, language), title))
     if state.notes:
-        lines.append(labels["notes"].format(labels["sep"].join(state.notes)))
+        notes = (clip(note, STATE_TEXT_CHARS) for note in state.notes[:MAX_NOTES])
+        lines.append(labels["notes"].format(labels["sep"].join(notes)))
     if state.updated_at is not None:
         lines.append(labels["updated"].format(state.updated_at.astimezone(tz).strftime("%H:%M")))
     return "\n".join(lines)
+
+
+def clip(text: str, limit: int) -> str:
+    """One line of at most `limit` characters: whitespace runs folded, an ellipsis when cut.
+
+    Folding keeps a value from opening lines of its own that would read as
+    more of the block.
+    """
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _fact(value: Any) -> str:

@@ -2,6 +2,9 @@
 
 Built from data the round already read (the recent messages) and one state
 snapshot, so `think --dry-run` shows byte for byte what a round would send.
+The whole request keeps within `prompt.max_chars`: each message is cut to
+`prompt.message_chars`, and the oldest history goes first, never the persona
+prompt nor the instruction prompt.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from backthink.budget import cut_text, fit_history
 from backthink.config import Settings
 from backthink.context import conversation
 from backthink.models import Message, ModelMessage, StateReading
@@ -24,12 +28,18 @@ class Request:
     messages: list[ModelMessage]
     state: StateReading
     recent: list[Message] = field(default_factory=list)
+    """The history as the model sees it: the messages kept, each cut to its budget."""
     notes: list[str] = field(default_factory=list)
 
     @property
     def prompt(self) -> str:
         """The instruction prompt: the request's last message."""
         return self.messages[-1].text
+
+
+# The persona prompt may take this share of prompt.max_chars; the rest is left to the
+# history and the instruction prompt, so a runaway persona file cannot crowd them out.
+PERSONA_SHARE = 4  # one quarter
 
 
 class RequestBuilder:
@@ -40,7 +50,12 @@ class RequestBuilder:
     ) -> None:
         self._settings = settings
         self._prompts = prompts
-        self._persona_prompt = persona_prompt.strip()
+        persona = persona_prompt.strip()
+        limit = settings.prompt.max_chars // PERSONA_SHARE
+        self._persona_prompt, cut = cut_text(persona, limit, settings.prompt.language)
+        self._persona_note = (
+            f"persona_prompt_cut: kept {limit} of {len(persona)} characters" if cut else None
+        )
         self._state = state
 
     def build(self, recent: Sequence[Message], trigger: str, at: datetime) -> Request:
@@ -48,17 +63,6 @@ class RequestBuilder:
         reading = self._state.read(at)
         notes = [] if reading.problem is None or reading.problem.expected else [reading.note or ""]
         s = self._settings
-        messages: list[ModelMessage] = []
-        if self._persona_prompt:
-            messages.append(ModelMessage(role="system", text=self._persona_prompt))
-        messages.extend(
-            conversation(
-                recent,
-                persona_id=s.persona.id,
-                names={s.persona.id: s.persona.name},
-                language=s.prompt.language,
-            )
-        )
         prompt = render_prompt(
             self._prompts,
             trigger=trigger,
@@ -69,5 +73,31 @@ class RequestBuilder:
             persona_name=s.persona.name or s.persona.id,
             owner_name=s.owner.name or ("主人" if s.prompt.language == "zh" else "your owner"),
         )
+        if self._persona_note is not None:
+            notes.append(self._persona_note)
+        fixed = len(self._persona_prompt) + len(prompt)
+        if fixed > s.prompt.max_chars:
+            notes.append(
+                f"request_over_budget: the persona and instruction prompts alone take {fixed} "
+                f"of prompt.max_chars = {s.prompt.max_chars} characters"
+            )
+        history = fit_history(
+            recent,
+            budget=s.prompt.max_chars - fixed,
+            message_chars=s.prompt.message_chars,
+            language=s.prompt.language,
+            render=lambda kept: conversation(
+                kept,
+                persona_id=s.persona.id,
+                names={s.persona.id: s.persona.name},
+                language=s.prompt.language,
+            ),
+        )
+        if history.note is not None:
+            notes.append(history.note)
+        messages: list[ModelMessage] = []
+        if self._persona_prompt:
+            messages.append(ModelMessage(role="system", text=self._persona_prompt))
+        messages.extend(history.messages)
         messages.append(ModelMessage(role="user", text=prompt))
-        return Request(messages=messages, state=reading, recent=list(recent), notes=notes)
+        return Request(messages=messages, state=reading, recent=history.kept, notes=notes)

@@ -145,6 +145,7 @@ class Thinker:
         except ModelError as exc:
             return Ending(Outcome.FAILED, exc.reason, notes=[*notes, str(exc)])
         progress.reply = reply
+        notes.extend(reply.notes)
 
         decision = parse_footer(reply.text, max_body_chars=g.max_body_chars)
         decision = reject_echo(decision, (m.text for m in request.recent if m.role != "assistant"))

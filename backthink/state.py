@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -12,30 +13,47 @@ from backthink.models import RoundState, StateProblem, StateReading
 
 # A snapshot dated slightly in the future is clock skew between machines, not an error.
 FUTURE_SKEW = timedelta(minutes=5)
+DEFAULT_MAX_BYTES = 65_536  # bytes; the default of state.max_bytes
 
 
 class FileStateProvider:
     """Reads `state.file`. Missing, stale or broken files are "unknown", never an error.
 
     A file without `updated_at` is dated by its modification time, so a script
-    that only rewrites the file still keeps it fresh.
+    that only rewrites the file still keeps it fresh. A file larger than
+    `max_bytes` is unknown too: at most `max_bytes + 1` bytes of it are ever
+    read, so a runaway writer cannot make every round load megabytes.
     """
 
-    def __init__(self, path: Path | None, max_age: timedelta) -> None:
+    def __init__(
+        self, path: Path | None, max_age: timedelta, *, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> None:
         self._path = path
         self._max_age = max_age
+        self._max_bytes = max_bytes
 
     def read(self, at: datetime) -> StateReading:
         """Read the state as seen at `at`."""
         if self._path is None:
             return StateReading(problem=StateProblem.NOT_CONFIGURED)
+        too_large = StateReading(
+            problem=StateProblem.TOO_LARGE, detail=f"larger than {self._max_bytes} bytes"
+        )
         try:
-            raw = self._path.read_bytes()
-            mtime = datetime.fromtimestamp(self._path.stat().st_mtime, tz=UTC)
+            with self._path.open("rb") as file:
+                info = os.fstat(file.fileno())
+                if info.st_size > self._max_bytes:
+                    return too_large
+                # The size may be wrong (a pipe, a file still being written): the
+                # read itself is bounded too.
+                raw = file.read(self._max_bytes + 1)
         except FileNotFoundError:
             return StateReading(problem=StateProblem.MISSING)
         except OSError as exc:
             return StateReading(problem=StateProblem.UNREADABLE, detail=exc.strerror)
+        if len(raw) > self._max_bytes:
+            return too_large
+        mtime = datetime.fromtimestamp(info.st_mtime, tz=UTC)
         return parse_state(raw, at=at, max_age=self._max_age, fallback_time=mtime)
 
 

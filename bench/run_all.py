@@ -22,6 +22,7 @@ GROUPS = (
     ("boot", 180),
     ("prompt_size", 60),
     ("many_owners", 600),
+    ("worst_case", 180),
 )
 TERM_GRACE_S = 45.0  # seconds a stopped group gets to stop its own children
 

@@ -53,6 +53,10 @@ STARTUP_TIMEOUT_S = 10.0  # seconds to wait for the server to accept connections
 SHUTDOWN_TIMEOUT_S = 5.0  # seconds to wait for the server thread to finish
 STARTED_POLL_S = 0.005  # seconds between checks of uvicorn's `started` flag
 CHARS_PER_TOKEN = 4  # a rough count is enough for usage figures
+# What llama.cpp's server answers when it runs a model without a vision projector.
+TEXT_ONLY_MESSAGE = (
+    "image input is not supported - hint: if this is unexpected, you may need to provide the mmproj"
+)
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,7 @@ class _State:
     fail_count: int = 0
     fail_status: int = 500
     fail_retry_after_s: float | None = RETRY_NOW_S
+    image_refusal: int | None = None
 
 
 def item_from_json(value: Any) -> ScriptItem:
@@ -199,6 +204,17 @@ def _message_text(message: Any) -> str:
     if isinstance(content, list):
         return " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
     return ""
+
+
+def _has_image(body: dict[str, Any]) -> bool:
+    """Whether any message of a chat request carries an image part."""
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list) and any(
+            isinstance(part, dict) and part.get("type") == "image_url" for part in content
+        ):
+            return True
+    return False
 
 
 def _retry_headers(retry_after_s: float | None) -> dict[str, str]:
@@ -287,6 +303,20 @@ class FakeOpenAI:
         with self._state.lock:
             self._state.queue.extend(Reply(i) if isinstance(i, str) else i for i in items)
 
+    @property
+    def image_refusal(self) -> int | None:
+        """None serves images; a status makes every request with an image part fail with it.
+
+        The error body is llama.cpp's for a model without a vision projector, so
+        the server behaves like a text-only endpoint until `reset()`.
+        """
+        return self._state.image_refusal
+
+    @image_refusal.setter
+    def image_refusal(self, status: int | None) -> None:
+        with self._state.lock:
+            self._state.image_refusal = status
+
     def fail_next(
         self, count: int, status: int = 500, *, retry_after_s: float | None = RETRY_NOW_S
     ) -> None:
@@ -319,6 +349,7 @@ class FakeOpenAI:
             self._state.queue.clear()
             self._state.requests.clear()
             self._state.fail_count = 0
+            self._state.image_refusal = None
             self._state.default_reply, self._state.models_endpoint = self._initial
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -437,6 +468,9 @@ class FakeOpenAI:
             return _error(failure.status, _retry_headers(failure.retry_after_s))
         if not isinstance(recorded.body, dict):
             return _error(400, {}, "request body is not a JSON object")
+        refusal = self._state.image_refusal
+        if refusal is not None and _has_image(recorded.body):
+            return _error(refusal, {}, TEXT_ONLY_MESSAGE)
         with self._state.lock:
             item: ScriptItem = (
                 self._state.queue.popleft()

@@ -202,3 +202,24 @@ def test_quiet_hours_off() -> None:
     """An empty quiet-hours string turns them off."""
     assert QuietHours.parse("") is None
     assert str(QuietHours.parse("23:00-07:00")) == "23:00-07:00"
+
+
+def test_example_config_documents_every_key() -> None:
+    """Every key of every section appears in the example config, with a comment beside it."""
+    import tomllib
+
+    from backthink.config import Settings
+
+    text = (ROOT / "config/backthink.example.toml").read_text(encoding="utf-8")
+    documented = tomllib.loads(text)
+    lines = text.splitlines()
+    for section, field in Settings.model_fields.items():
+        if section == "channels":
+            continue
+        model = field.annotation
+        assert model is not None
+        for key in model.model_fields:  # type: ignore[union-attr]
+            assert key in documented.get(section, {}), f"{section}.{key} is not in the example"
+            header = lines.index(f"[{section}]")
+            line = next(ln for ln in lines[header:] if ln.startswith(f"{key} ="))
+            assert "#" in line, f"{section}.{key} has no comment"

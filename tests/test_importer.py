@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from backthink.errors import InputError
-from backthink.importer import parse_jsonl, parse_one
+from backthink.importer import IMPORT_MAX_CHARS, IMPORT_MAX_IMAGE_CHARS, parse_jsonl, parse_one
 
 NOW = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)  # 12:00 in Shanghai
 SHANGHAI = ZoneInfo("Asia/Shanghai")
@@ -72,3 +72,43 @@ def test_past_and_missing_times_are_accepted() -> None:
         tz=SHANGHAI,
     )
     assert [m.created_at for m in parsed] == [datetime(2020, 1, 1, tzinfo=UTC), NOW]
+
+
+def test_import_refuses_a_huge_text_naming_line_and_key() -> None:
+    """A text past the import limit is refused, all or nothing, in one line naming line and key."""
+    text = lines(
+        {"role": "user", "text": "早"},
+        {"role": "assistant", "text": "早上好"},
+        {"role": "user", "text": "x" * (IMPORT_MAX_CHARS + 1)},
+    )
+    with pytest.raises(InputError) as info:
+        parse_jsonl(text, source="chat.jsonl", owner_id="o", now=NOW, tz=SHANGHAI)
+    assert str(info.value) == f"chat.jsonl:3: text: longer than {IMPORT_MAX_CHARS} characters"
+
+
+def test_import_accepts_a_text_at_the_limit() -> None:
+    """A text of exactly the limit is accepted."""
+    (message,) = parse_jsonl(
+        lines({"role": "user", "text": "x" * IMPORT_MAX_CHARS}),
+        source="f",
+        owner_id="o",
+        now=NOW,
+        tz=SHANGHAI,
+    )
+    assert len(message.text) == IMPORT_MAX_CHARS
+
+
+def test_messages_add_refuses_a_huge_image() -> None:
+    """An image (URL or data URI) past its limit is refused the same way."""
+    image = "data:image/png;base64," + "A" * IMPORT_MAX_IMAGE_CHARS
+    with pytest.raises(InputError) as info:
+        parse_one(
+            {"role": "user", "text": "看", "image": image},
+            where="messages add",
+            owner_id="o",
+            now=NOW,
+            tz=SHANGHAI,
+        )
+    assert str(info.value) == (
+        f"messages add: image: longer than {IMPORT_MAX_IMAGE_CHARS} characters"
+    )

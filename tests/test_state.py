@@ -82,3 +82,27 @@ def test_future_state_is_rejected(tmp_path: Path) -> None:
     """A snapshot from far in the future is not trusted."""
     reading = provider(tmp_path, {"updated_at": "2026-12-01T08:00:00+00:00"}).read(AT)
     assert reading.problem == "state_from_future"
+
+
+def test_an_oversized_file_is_unknown_and_noted(tmp_path: Path) -> None:
+    """A file larger than state.max_bytes counts as unknown, with a note, even if it is JSON."""
+    path = tmp_path / "state.json"
+    notes = ["n" * 1000] * 100
+    path.write_text(json.dumps({"availability": "dnd", "notes": notes}), encoding="utf-8")
+    reading = FileStateProvider(path, MAX_AGE, max_bytes=65_536).read(AT)
+    assert not reading.known
+    assert reading.problem is StateProblem.TOO_LARGE
+    assert reading.note == "state_too_large: larger than 65536 bytes"
+    assert not reading.problem.expected
+
+
+def test_a_file_at_the_limit_is_read(tmp_path: Path) -> None:
+    """A file of exactly state.max_bytes bytes is still read."""
+    path = tmp_path / "state.json"
+    doc = json.dumps({"updated_at": AT.isoformat(), "availability": "busy", "notes": [""]})
+    pad = 200 - len(doc)
+    doc = doc.replace('[""]', '["' + "x" * pad + '"]')
+    path.write_text(doc, encoding="utf-8")
+    assert path.stat().st_size == 200
+    assert FileStateProvider(path, MAX_AGE, max_bytes=200).read(AT).known
+    assert FileStateProvider(path, MAX_AGE, max_bytes=199).read(AT).problem == "state_too_large"
