@@ -117,7 +117,7 @@ def parse_request(line: bytes, owners: Sequence[str]) -> tuple[str, str] | str:
     if not isinstance(owner, str):
         return "owner_id must be a string"
     if owner not in owners:
-        return f"unknown owner {owner!r}"
+        return f"unknown owner {owner[:64]!r}"
     trigger = request["trigger"].strip()
     if not trigger:
         return "the trigger text is empty"

@@ -16,7 +16,7 @@ from datetime import datetime
 from backthink.budget import cut_text, fit_history
 from backthink.config import Settings
 from backthink.context import conversation
-from backthink.models import Message, ModelMessage, StateReading
+from backthink.models import Message, ModelMessage, StateReading, Trigger
 from backthink.ports import StateProvider
 from backthink.prompts import PromptBook, render_prompt
 
@@ -31,10 +31,29 @@ class Request:
     """The history as the model sees it: the messages kept, each cut to its budget."""
     notes: list[str] = field(default_factory=list)
 
+    trigger: str = ""
+
     @property
     def prompt(self) -> str:
         """The instruction prompt: the request's last message."""
         return self.messages[-1].text
+
+    def untrusted(self) -> list[str]:
+        """Every outside text the request carries, for the echo guard.
+
+        The owner's messages, a poke's trigger text and the state file's
+        strings: a reply whose body or footer is taken from any of them is an
+        echo, never the companion's own decision.
+        """
+        texts = [m.text for m in self.recent if m.role != "assistant"]
+        if Trigger.of(self.trigger) is Trigger.POKE:
+            texts.append(self.trigger)
+        state = self.state.state
+        if state is not None:
+            texts.extend(state.notes)
+            texts.extend(item.title for item in state.schedule)
+            texts.extend(str(value) for value in state.device.values())
+        return texts
 
 
 # The persona prompt may take this share of prompt.max_chars; the rest is left to the
@@ -100,4 +119,6 @@ class RequestBuilder:
             messages.append(ModelMessage(role="system", text=self._persona_prompt))
         messages.extend(history.messages)
         messages.append(ModelMessage(role="user", text=prompt))
-        return Request(messages=messages, state=reading, recent=history.kept, notes=notes)
+        return Request(
+            messages=messages, state=reading, recent=history.kept, notes=notes, trigger=trigger
+        )

@@ -148,7 +148,7 @@ class Thinker:
         notes.extend(reply.notes)
 
         decision = parse_footer(reply.text, max_body_chars=g.max_body_chars)
-        decision = reject_echo(decision, (m.text for m in request.recent if m.role != "assistant"))
+        decision = reject_echo(decision, request.untrusted())
         decision = reject_prompt_echo(decision, request.prompt)
         notes.extend(decision.problems)
         progress.decision = decision
