@@ -297,7 +297,8 @@ class Dispatcher:
             await self.send(delivery)
         if pending:
             log.info("delivery.resumed", count=len(pending))
-        since = self._clock.now() - UNRECORDED_LOOKBACK
+        # Back a day, and back to the oldest row just resumed, however old it was.
+        since = min([self._clock.now() - UNRECORDED_LOOKBACK, *(d.created_at for d in pending)])
         left = await self._outbox.unrecorded(since=since)
         # Pending rows were just sent; the rest are read back as they were left.
         return [Resumed(d, _result_of(d)) for d in left]

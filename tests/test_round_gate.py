@@ -459,3 +459,14 @@ async def test_a_footer_from_the_state_file_or_a_poke_is_not_delivered(where: st
     record = await r.thinker.run_round("o", trigger)
     assert (record.outcome, record.reason) == (Outcome.SUPPRESSED, "parse_failed")
     assert "echoed_footer" in record.notes
+
+
+async def test_resume_records_a_pending_delivery_however_old() -> None:
+    """A delivery left pending days ago is sent at start and its round recorded then."""
+    r, _ = rig()
+    delivery, writeback = left_behind("r4", "web", DeliveryStatus.PENDING)
+    assert await r.outbox.commit(delivery, writeback)
+    r.clock.advance(timedelta(days=3))
+    assert await r.thinker.resume() == 1
+    saved = await r.rounds.get("r4")
+    assert saved is not None and saved.outcome is Outcome.DELIVERED
