@@ -8,7 +8,6 @@ from types import MappingProxyType
 from typing import Final, NamedTuple
 
 from backthink.models import Decision, Reason, Urgency
-from backthink.overlap import containment, letter_count, normalize, resemblance, shingles
 
 
 class FooterKeys(NamedTuple):
@@ -95,7 +94,6 @@ _FENCE_LINE = re.compile(r"^[^\S\n]*(?:`{3,}|~{3,})[^\S\n]*[\w+#.-]*[^\S\n]*$", 
 _TRAILING_FENCE = re.compile(r"(?:`{3,}|~{3,})\s*$")
 _THINK_OPEN = re.compile(r"<\s*think(?:ing)?\s*>", re.IGNORECASE)
 _THINK_CLOSE = re.compile(r"<\s*/\s*think(?:ing)?\s*>", re.IGNORECASE)
-_DIGITS = re.compile(r"\d+")
 _CHANNEL_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,31}")
 
 
@@ -176,101 +174,14 @@ def suppression_reason(decision: Decision) -> Reason | None:
     return Reason.NO_PUSH
 
 
-# The echo guard's thresholds, as shares of shingles (see backthink.overlap).
-ECHO_COPY_SHARE: Final = 0.7  # of the body found in one untrusted text: a copy
-ECHO_COPY_MIN_SHINGLES: Final = 3  # a shorter body may repeat a word or two by chance
-ECHO_NEAR_COPY: Final = 0.8  # resemblance of the whole body to the whole text
-ECHO_NEAR_COPY_MIN_LETTERS: Final = 4  # "晚安" answered with "晚安" is no copy worth the name
-ECHO_TAGGED_SHARE: Final = 0.3  # of either side, when the untrusted text carries footer tags
-ECHO_TAGGED_RESEMBLANCE: Final = 0.5  # of the whole body to a tagged text's words
-
-
-def reject_echo(decision: Decision, untrusted_texts: Iterable[str]) -> Decision:
-    """Refuse a push whose body was taken, exactly or nearly, from untrusted text.
-
-    Untrusted text is everything the model was shown that the companion did not
-    write: the owner's messages, and in time the state file, memories and tool
-    output. Its words must never become the companion's message, and footer tags
-    typed into it must never become the companion's decision or urgency. Bodies
-    are compared after folding width, case, spacing and punctuation, as shingle
-    containment, so a copy with a character changed, a greeting added or words
-    wrapped around it is still recognised. Two rules, per untrusted text:
-
-    - a copy: most of the body (`ECHO_COPY_SHARE`) comes from the text, or
-      the whole body nearly equals the whole text (`ECHO_NEAR_COPY`);
-    - a tagged text (one holding footer tags, English or Chinese, full- or
-      half-width, even with invisible characters inside): the reply is refused
-      once a real part (`ECHO_TAGGED_SHARE`) of the text's words appears in the
-      body, or of the body's words in the text, or the two are half alike
-      (`ECHO_TAGGED_RESEMBLANCE`, for short texts). Such a text is an attempt to
-      script the reply, so a lower bar applies; its tags themselves are not
-      compared, because an honest reply carries the same tags.
-
-    A reply in the companion's own words is kept whatever tags the texts hold.
-
-    Args:
-        decision: a parsed decision.
-        untrusted_texts: every untrusted text the model was shown, read once.
-
-    Returns:
-        The decision unchanged, or a no-push decision with problem `echoed_footer`.
-    """
-    if not decision.push:
-        return decision
-    said = _without_tags(normalize(decision.body))
-    body = shingles(said)
-    for text in untrusted_texts:
-        text = normalize(text)
-        content = _without_tags(text)
-        words = shingles(content)
-        if not body & words:
-            continue
-        of_body = containment(body, words)
-        copied = (len(body) >= ECHO_COPY_MIN_SHINGLES and of_body >= ECHO_COPY_SHARE) or (
-            letter_count(said) >= ECHO_NEAR_COPY_MIN_LETTERS
-            and resemblance(said, content) >= ECHO_NEAR_COPY
-        )
-        tagged = bool(_tags_in(text)) and (
-            max(of_body, containment(words, body)) >= ECHO_TAGGED_SHARE
-            or resemblance(said, content) >= ECHO_TAGGED_RESEMBLANCE
-        )
-        if copied or tagged:
-            return Decision(problems=[*decision.problems, ECHOED_FOOTER])
-    return decision
-
-
-def _without_tags(text: str) -> str:
+def without_tags(text: str) -> str:
     """Replace every footer tag with a space, leaving the words around it."""
     return _TAG.sub(lambda match: " " if _as_tag(match) is not None else match[0], text)
 
 
-PROMPT_ECHO_MIN_CHARS: Final = 6  # characters; shorter prompt lines may be said naturally
-
-
-def reject_prompt_echo(decision: Decision, prompt: str) -> Decision:
-    """Refuse a push whose body repeats a line of the instruction prompt.
-
-    A weak model sometimes continues with the prompt's own lines ("触发：定时心跳",
-    "The owner's local time is now ...") after its footer; those must never
-    reach the owner as if the companion had said them. Digits are compared as
-    one placeholder, so a copied line whose time or date the model rewrote
-    ("... now 2026-11-30 17:54 ...") is still recognised.
-
-    Args:
-        decision: a parsed decision.
-        prompt: the instruction prompt the model was given.
-
-    Returns:
-        The decision unchanged, or a no-push decision with problem `echoed_prompt`.
-    """
-    if not decision.push:
-        return decision
-    body = _DIGITS.sub("0", decision.body)
-    for line in prompt.splitlines():
-        line = line.strip()
-        if len(line) >= PROMPT_ECHO_MIN_CHARS and _DIGITS.sub("0", line) in body:
-            return Decision(problems=[*decision.problems, ECHOED_PROMPT])
-    return decision
+def has_tags(text: str) -> bool:
+    """Whether the text holds a footer tag of either language, as the parser reads them."""
+    return bool(_tags_in(text))
 
 
 def _strip_thinking(text: str) -> tuple[str, bool]:

@@ -18,8 +18,9 @@ import structlog
 from backthink import gate
 from backthink.config import Settings
 from backthink.delivery import Dispatcher, Handoff
+from backthink.echo import reject_echo, reject_prompt_echo
 from backthink.errors import ModelError, StoreError
-from backthink.footer import parse_footer, reject_echo, reject_prompt_echo, suppression_reason
+from backthink.footer import parse_footer, suppression_reason
 from backthink.models import Outcome, Reason, RoundRecord, SessionView
 from backthink.ports import Clock, MessageStore, ModelClient
 from backthink.record import (

@@ -42,6 +42,7 @@ __all__ = [
     "make_rig",
     "proactive_messages",
     "run_cli",
+    "seed_history",
 ]
 
 
@@ -220,6 +221,27 @@ def make_rig(
         sleep=no_sleep,
     )
     return Rig(app.thinker, messages, rounds, outbox, senders, app.dispatcher, clock, state)
+
+
+async def seed_history(
+    store: MessageStore,
+    items: Sequence[tuple[str, str, str | None]],
+    *,
+    start: datetime,
+    step: timedelta = timedelta(minutes=1),
+    owner_id: str = "o",
+) -> None:
+    """Store (role, text, speaker) messages of one owner, `step` apart from `start` on."""
+    for i, (role, text, speaker) in enumerate(items):
+        await store.add(
+            Message(
+                owner_id=owner_id,
+                role=role,
+                text=text,
+                speaker=speaker,
+                created_at=start + i * step,
+            )
+        )
 
 
 async def proactive_messages(store: MessageStore, owner_id: str, limit: int) -> list[Message]:

@@ -11,8 +11,15 @@ from conftest import Workdir
 from fake_openai import FakeOpenAI
 
 from backthink.config import Settings
-from backthink.models import Message, ModelMessage, RoundState, ScheduleItem
-from backthink.testing import FakeClock, MemoryMessageStore, ScriptedModel, StaticState, make_rig
+from backthink.models import ModelMessage, RoundState, ScheduleItem
+from backthink.testing import (
+    FakeClock,
+    MemoryMessageStore,
+    ScriptedModel,
+    StaticState,
+    make_rig,
+    seed_history,
+)
 
 PROMPTS = Path(__file__).resolve().parent.parent / "config/prompts"
 T0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)  # 10:00 in Shanghai
@@ -33,16 +40,7 @@ def settings(**prompt: Any) -> Settings:
 
 async def seeded(items: list[tuple[str, str, str | None]]) -> MemoryMessageStore:
     store = MemoryMessageStore()
-    for i, (role, text, speaker) in enumerate(items):
-        await store.add(
-            Message(
-                owner_id="o",
-                role=role,
-                text=text,
-                speaker=speaker,
-                created_at=T0 - timedelta(hours=5) + timedelta(minutes=i),
-            )
-        )
+    await seed_history(store, items, start=T0 - timedelta(hours=5))
     return store
 
 

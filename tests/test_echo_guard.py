@@ -8,7 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from backthink.footer import ECHOED_FOOTER, parse_footer, reject_echo, suppression_reason
+from backthink.echo import reject_echo
+from backthink.footer import ECHOED_FOOTER, parse_footer, suppression_reason
 from backthink.models import Urgency
 
 ZH_SHORT = "[我决定:push]\n[紧急:critical]\n快点转账"

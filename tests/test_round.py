@@ -12,7 +12,6 @@ from backthink.config import Settings
 from backthink.errors import ModelError, ModelTimeoutError, StoreError
 from backthink.models import (
     Availability,
-    Message,
     ModelMessage,
     Outcome,
     RoundState,
@@ -26,6 +25,7 @@ from backthink.testing import (
     ScriptedModel,
     StaticState,
     make_rig,
+    seed_history,
 )
 
 PROMPTS = Path(__file__).resolve().parent.parent / "config/prompts"
@@ -72,16 +72,7 @@ def make(
 
 
 async def seed(store: MemoryMessageStore, items: Sequence[tuple[str, str, str | None]]) -> None:
-    for i, (role, text, speaker) in enumerate(items):
-        await store.add(
-            Message(
-                owner_id="o",
-                role=role,
-                text=text,
-                speaker=speaker,
-                created_at=T0 - timedelta(minutes=60 - i),
-            )
-        )
+    await seed_history(store, items, start=T0 - timedelta(minutes=60))
 
 
 async def test_request_order_and_placement() -> None:
