@@ -231,5 +231,5 @@ async def open_app(settings: Settings, **overrides: object) -> AsyncIterator[App
             **overrides,  # type: ignore[arg-type]
         )
         # Records an earlier process could not save are written in first.
-        await app.recorder.drain()
+        await app.recorder.drain(thorough=True)
         yield app

@@ -285,7 +285,7 @@ def rounds(
         async with open_database(settings.database) as store:
             if (spill := settings.database.spill_path) is not None:
                 # Rounds another process could not save belong in the log shown.
-                await Recorder(store.rounds, spill=Spill(spill)).drain()
+                await Recorder(store.rounds, spill=Spill(spill)).drain(thorough=True)
             return await store.rounds.list(owner_id=c.owner_id(settings), limit=limit)
 
     records = _run(go())

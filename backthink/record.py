@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import TextIO
 
 import structlog
 from pydantic import ValidationError
@@ -125,12 +126,16 @@ class Spill:
         Raises:
             OSError: the file cannot be written either.
         """
-        line = record.model_dump_json() + "\n"
-        with self.path.open("a", encoding="utf-8") as out:
+        with self._open() as out:
             fcntl.flock(out, fcntl.LOCK_EX)
-            out.write(line)
+            out.write(record.model_dump_json() + "\n")
             out.flush()
             os.fsync(out.fileno())
+
+    def _open(self) -> TextIO:
+        # Records hold raw replies: private, so readable by the daemon's user only.
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        return os.fdopen(fd, "a", encoding="utf-8")
 
     def waiting(self) -> bool:
         """Whether records wait to be written in (a cheap check, done after every save)."""
@@ -182,7 +187,7 @@ class Spill:
             other.unlink()
 
     def _put_back(self, line: str) -> None:
-        with self.path.open("a", encoding="utf-8") as out:
+        with self._open() as out:
             fcntl.flock(out, fcntl.LOCK_EX)
             out.write(line + "\n")
 
@@ -232,9 +237,13 @@ class Recorder:
         )
         return saved
 
-    async def drain(self) -> int:
-        """Write in the records the database refused earlier, if any; never raises."""
-        if self._spill is None or not self._spill.waiting():
+    async def drain(self, *, thorough: bool = False) -> int:
+        """Write in the records the database refused earlier, if any; never raises.
+
+        After a save only the spill file itself is looked for; `thorough` (at
+        start) also takes over what a crashed process had claimed.
+        """
+        if self._spill is None or not (thorough or self._spill.waiting()):
             return 0
         try:
             return await self._spill.drain(self._rounds)

@@ -46,6 +46,7 @@ async def test_a_refused_record_waits_in_the_spill_and_is_written_in_later(tmp_p
     recorder = Recorder(rounds, spill=spill)
     assert await recorder.save(record("r1")) is False
     assert spill.waiting()
+    assert spill.path.stat().st_mode & 0o777 == 0o600  # raw replies are private
     rounds.refuse = False
     assert await recorder.save(record("r2")) is True
     assert await rounds.get("r1") == record("r1")
@@ -75,3 +76,14 @@ async def test_records_claimed_by_a_dead_process_are_adopted(tmp_path: Path) -> 
     assert await spill.drain(rounds) == 1
     assert await rounds.get("r9") == record("r9")
     assert not orphan.exists()
+
+
+async def test_a_start_takes_over_claimed_records_without_a_spill_file(tmp_path: Path) -> None:
+    """Only a crashed drain's claim is left: the thorough drain at start still writes it in."""
+    rounds = MemoryRoundStore()
+    recorder = Recorder(rounds, spill=Spill(tmp_path / "s.jsonl"))
+    orphan = tmp_path / f"s.jsonl.{DEAD_PID}.draining"
+    orphan.write_text(record("r8").model_dump_json() + "\n", encoding="utf-8")
+    assert await recorder.drain() == 0  # after a save, only the spill file is looked for
+    assert await recorder.drain(thorough=True) == 1
+    assert await rounds.get("r8") == record("r8")
