@@ -130,10 +130,6 @@ class Dispatcher:
             )
         ]
 
-    def channel_names(self) -> list[str]:
-        """Every configured channel name, in configuration order."""
-        return list(self._order)
-
     async def hand_over(self, handoff: Handoff) -> DeliveryResult:
         """Commit the delivery with its write-back, then send it; one result, whatever happens.
 

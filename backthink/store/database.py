@@ -85,11 +85,6 @@ class Database:
         async with self.engine.connect() as conn:
             return await conn.run_sync(fn)
 
-    @property
-    def path(self) -> Path | None:
-        """The SQLite file, or None for other databases."""
-        return self._path
-
     def check_file(self) -> None:
         """Fail when the SQLite file was deleted or replaced since it was opened.
 
