@@ -33,8 +33,8 @@ from backthink.store import (
     migrate,
     open_store,
 )
-from backthink.store.messages import _newest, _newest_owner_channels
 from backthink.store.fulltext import FULLTEXT_DDL, is_fulltext_table
+from backthink.store.messages import _newest, _newest_owner_channels
 from backthink.store.migrator import alembic_config
 from backthink.store.tables import metadata
 from backthink.testing import proactive_messages
