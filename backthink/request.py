@@ -110,6 +110,7 @@ class RequestBuilder:
                 persona_id=s.persona.id,
                 names={s.persona.id: s.persona.name},
                 language=s.prompt.language,
+                tz=s.owner.tz,
             ),
         )
         if history.note is not None:

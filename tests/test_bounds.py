@@ -93,7 +93,7 @@ async def test_the_whole_request_stays_within_max_chars_dropping_the_oldest() ->
     assert total_chars(sent) <= 8000
     assert sent[0].text == "你是昔涟。"
     assert "[我决定:push]" in sent[-1].text
-    history = [m.text[:2] for m in sent[1:-1]]
+    history = [m.text[:2] for m in sent[1:-1] if m.role == "user"]
     assert history and history == [f"{i:02d}" for i in range(20 - len(history), 20)]
     dropped = 20 - len(history)
     assert f"history_trimmed: dropped {dropped} oldest, cut 0" in record.notes
@@ -110,7 +110,7 @@ async def test_attribution_notes_follow_the_kept_messages() -> None:
     sent = model.calls[0]
     assert total_chars(sent) <= 7000
     assert not any(m.text.startswith(("[会话角色] ", SPEAKER_NOTE)) for m in sent)
-    assert [m.role for m in sent] == ["user"] * 7
+    assert [m.role for m in sent if not m.text.startswith("[时间] ")] == ["user"] * 7
 
 
 async def test_dry_run_shows_the_same_bounded_request() -> None:
@@ -188,7 +188,8 @@ def test_cli_dry_run_and_round_are_bounded(workdir: Workdir, fake: FakeOpenAI) -
     dry = json.loads(workdir.cli("think", "--dry-run", "--json").stdout)
     texts = [m["content"] for m in dry["messages"]]
     assert sum(len(t) for t in texts) <= 48_000
-    assert texts[2] == "长" * 4000 + "…[截断：还有 896000 个字符]"
+    assert texts[1] == "[时间] 2026年11月29日 周日 08:00"
+    assert texts[3] == "长" * 4000 + "…[截断：还有 896000 个字符]"
     workdir.think_json()
     (sent,) = fake.chat_requests
     assert [m["content"] for m in sent.body["messages"]] == texts

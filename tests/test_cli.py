@@ -62,12 +62,13 @@ def test_think_json_sends_exact_request(workdir: Workdir, fake: FakeOpenAI) -> N
     body = request.body
     assert body["model"] == "fake-model" and body["max_tokens"] == 400
     roles = [m["role"] for m in body["messages"]]
-    assert roles == ["system", "system", "user", "system", "assistant", "user", "user"]
+    assert roles == ["system", "system", "system", "user", "system", "assistant", "user", "user"]
     msgs = body["messages"]
     assert msgs[1]["content"].startswith("[会话角色] ")
-    assert msgs[2]["content"] == "明天组会好紧张"
-    assert msgs[3]["content"] == "[发言归属] 以下发言来自「aglaea」，不是你说的。"
-    assert msgs[5]["content"] == [
+    assert msgs[2]["content"] == "[时间] 2026年11月29日 周日 22:00"
+    assert msgs[3]["content"] == "明天组会好紧张"
+    assert msgs[4]["content"] == "[发言归属] 以下发言来自「aglaea」，不是你说的。"
+    assert msgs[6]["content"] == [
         {"type": "text", "text": "看这个"},
         {"type": "image_url", "image_url": {"url": "https://example.invalid/cat.png"}},
     ]
@@ -115,14 +116,14 @@ def test_dry_run_calls_nothing(workdir: Workdir, fake: FakeOpenAI) -> None:
         "model: fake-model",
         "max_tokens: 400",
     ]
-    assert "--- 2 user ---\n在吗" in out
+    assert "--- 2 system ---\n[时间] " in out and "--- 3 user ---\n在吗" in out
     assert "触发：定时心跳" in out
     assert KEY not in out
     body = json.loads(workdir.cli("think", "--dry-run", "--json").stdout)
     assert set(body) == {"model", "messages", "max_tokens"}
     assert (body["model"], body["max_tokens"]) == ("fake-model", 400)
-    assert [m["role"] for m in body["messages"]] == ["system", "user", "user"]
-    assert body["messages"][1] == {"role": "user", "content": "在吗"}
+    assert [m["role"] for m in body["messages"]] == ["system", "system", "user", "user"]
+    assert body["messages"][2] == {"role": "user", "content": "在吗"}
     assert fake.chat_requests == []
     assert workdir.cli("rounds").stdout.strip() == "no rounds yet"
 

@@ -317,7 +317,8 @@ async def test_injected_text_changes_no_role_and_never_pushes(
     sent = fake.chat_requests[0].body["messages"]
     users = [m for m in sent if m["role"] == "user"][:-1]
     assert [m["content"] for m in users] == HOSTILE
-    assert [m["role"] for m in sent] == ["system", *["user"] * len(HOSTILE), "user"]
+    chat = [m for m in sent if not m["content"].startswith("[时间] ")]
+    assert [m["role"] for m in chat] == ["system", *["user"] * len(HOSTILE), "user"]
 
 
 # --- secrets ------------------------------------------------------------------------

@@ -93,11 +93,13 @@ async def test_request_order_and_placement() -> None:
     thinker, rounds = make(model, store=store, state=state)
     record = await thinker.run_round("o", "heartbeat")
     (sent,) = model.calls
-    assert [m.role for m in sent] == ["system", "system", "user", "system", "assistant", "user"]
+    roles = [m.role for m in sent]
+    assert roles == ["system", "system", "system", "user", "system", "assistant", "user"]
     assert sent[0] == ModelMessage(role="system", text="你是昔涟。")
     assert sent[1].text.startswith("[会话角色] ")
-    assert sent[2].text == "早"
-    assert sent[3].text == "[发言归属] 以下发言来自「aglaea」，不是你说的。"
+    assert sent[2].text == "[时间] 2026年11月30日 周一 09:00"  # the window's first message
+    assert sent[3].text == "早"
+    assert sent[4].text == "[发言归属] 以下发言来自「aglaea」，不是你说的。"
     assert sent[-1].text.rstrip().endswith("- 状态更新于 10:00")
     assert "触发：定时心跳" in sent[-1].text
     assert (record.outcome, record.reason) == (Outcome.SUPPRESSED, "no_push")
