@@ -24,6 +24,7 @@ from backthink.errors import ConfigError, ModelNotConfiguredError
 from backthink.ports import (
     Channel,
     Clock,
+    MemoryStore,
     MessageStore,
     ModelClient,
     Outbox,
@@ -35,7 +36,13 @@ from backthink.record import Recorder, Spill
 from backthink.request import RequestBuilder
 from backthink.round import Thinker
 from backthink.state import FileStateProvider
-from backthink.store import MemoryMessageStore, MemoryOutbox, MemoryRoundStore, open_database
+from backthink.store import (
+    MemoryMemoryStore,
+    MemoryMessageStore,
+    MemoryOutbox,
+    MemoryRoundStore,
+    open_database,
+)
 
 if TYPE_CHECKING:
     from backthink.model_client import OpenAIModelClient
@@ -108,6 +115,7 @@ class App:
     dispatcher: Dispatcher
     recorder: Recorder
     thinker: Thinker
+    memories: MemoryStore
 
 
 def session_channel(settings: Settings, senders: Mapping[str, Channel]) -> str | None:
@@ -139,6 +147,7 @@ def build_app(
     persona_prompt: str | None = None,
     sleep: Sleep | None = None,
     spill: Spill | None = None,
+    memories: MemoryStore | None = None,
 ) -> App:
     """Wire the whole object graph; every part not given is built from `settings`.
 
@@ -159,6 +168,8 @@ def build_app(
         messages = messages or memory
         rounds = rounds or memory_rounds
         outbox = outbox or MemoryOutbox(memory, memory_rounds)
+    if memories is None:
+        memories = MemoryMemoryStore(messages if isinstance(messages, MemoryMessageStore) else None)
     if isinstance(model, _FromSettings):
         model = _model_from(settings)
     senders = dict(channels) if channels is not None else build_channels(settings.channels)
@@ -193,7 +204,9 @@ def build_app(
         clock=clock,
         model_missing_hint=MODEL_MISSING_HINT,
     )
-    return App(settings, clock, messages, rounds, outbox, model, dispatcher, recorder, thinker)
+    return App(
+        settings, clock, messages, rounds, outbox, model, dispatcher, recorder, thinker, memories
+    )
 
 
 def _model_from(settings: Settings) -> OpenAIModelClient | None:
@@ -227,6 +240,7 @@ async def open_app(settings: Settings, **overrides: object) -> AsyncIterator[App
             messages=db.messages,
             rounds=db.rounds,
             outbox=db.outbox,
+            memories=db.memories,
             spill=Spill(spill) if spill is not None else None,
             **overrides,  # type: ignore[arg-type]
         )

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Coroutine
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -17,7 +18,7 @@ import typer
 from backthink import logs
 from backthink.config import Settings, load_settings, resolve_config_path
 from backthink.errors import BackthinkError, InputError
-from backthink.models import Outcome, RoundRecord
+from backthink.models import Memory, MemoryKind, Outcome, RoundRecord
 from backthink.redact import redact_urls
 
 T = TypeVar("T")
@@ -35,6 +36,12 @@ messages_app = typer.Typer(
     help="Add or import main-session messages.", no_args_is_help=True, rich_markup_mode=None
 )
 app.add_typer(messages_app, name="messages")
+memory_app = typer.Typer(
+    help="Add, list, search or forget long-term memories.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+app.add_typer(memory_app, name="memory")
 
 
 @dataclass
@@ -266,6 +273,128 @@ def messages_import(
             return await store.messages.add_many(parsed)
 
     typer.echo(f"imported {_run(go())} messages from {file}")
+
+
+class _Writable(StrEnum):
+    NOTE = "note"
+    PROFILE = "profile"
+
+
+@memory_app.command("add")
+def memory_add(
+    ctx: typer.Context,
+    text: Annotated[str, typer.Argument(help="What to remember.")],
+    kind: Annotated[_Writable, typer.Option("--kind", help="note or profile.")] = _Writable.NOTE,
+) -> None:
+    """Remember TEXT for the owner."""
+    from backthink.app import SystemClock
+    from backthink.store import open_database
+
+    c: Context = ctx.obj
+    settings = c.settings()
+    if not text.strip():
+        raise InputError("memory add: the text is empty")
+    memory = Memory(
+        owner_id=c.owner_id(settings),
+        kind=MemoryKind(kind.value),
+        text=text,
+        created_at=SystemClock().now(),
+        source="cli",
+    )
+
+    async def go() -> Memory:
+        async with open_database(settings.database) as store:
+            return await store.memories.add(memory)
+
+    typer.echo(f"added memory {_run(go()).id}")
+
+
+@memory_app.command("list")
+def memory_list(
+    ctx: typer.Context,
+    kind: Annotated[
+        MemoryKind | None, typer.Option("--kind", help="note, profile or thought (default: all).")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="How many memories.")] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
+) -> None:
+    """Show the owner's memories, newest first."""
+    from backthink.store import open_database
+
+    c: Context = ctx.obj
+    settings = c.settings()
+
+    async def go() -> list[Memory]:
+        async with open_database(settings.database) as store:
+            return await store.memories.list(c.owner_id(settings), kind=kind, limit=limit)
+
+    _print_memories(_run(go()), settings, as_json=as_json)
+
+
+@memory_app.command("search")
+def memory_search(
+    ctx: typer.Context,
+    query: Annotated[str, typer.Argument(help="Words that must all appear (any case).")],
+    limit: Annotated[int, typer.Option("--limit", min=1, help="How many memories.")] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
+) -> None:
+    """Find the owner's memories holding every word of QUERY, newest first."""
+    from backthink.store import open_database
+
+    c: Context = ctx.obj
+    settings = c.settings()
+
+    async def go() -> list[Memory]:
+        async with open_database(settings.database) as store:
+            return await store.memories.search(c.owner_id(settings), query, limit=limit)
+
+    _print_memories(_run(go()), settings, as_json=as_json)
+
+
+@memory_app.command("forget")
+def memory_forget(
+    ctx: typer.Context,
+    memory_id: Annotated[int, typer.Argument(metavar="ID", help="The memory's id.")],
+) -> None:
+    """Forget one memory: its text is gone from every table and index."""
+    from backthink.store import open_database
+
+    c: Context = ctx.obj
+    settings = c.settings()
+    owner_id = c.owner_id(settings)
+
+    async def go() -> bool:
+        async with open_database(settings.database) as store:
+            return await store.memories.forget(owner_id, memory_id)
+
+    if not _run(go()):
+        typer.echo(f"backthink: no memory {memory_id} for owner {owner_id!r}", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"forgot memory {memory_id}")
+
+
+def _print_memories(memories: list[Memory], settings: Settings, *, as_json: bool) -> None:
+    if as_json:
+        _print_json(
+            [
+                {
+                    "id": m.id,
+                    "kind": m.kind.value,
+                    "text": m.text,
+                    "created_at": m.created_at,
+                    "source": m.source,
+                }
+                for m in memories
+            ]
+        )
+        return
+    if not memories:
+        typer.echo("no memories")
+        return
+    for m in memories:
+        at = m.created_at.astimezone(settings.owner.tz).strftime("%Y-%m-%d %H:%M")
+        # One line per memory: a newline in the text would read as another memory.
+        typer.echo(f"{m.id}  {at}  {m.kind.value:<7}  {' '.join(m.text.split())}")
 
 
 @app.command()

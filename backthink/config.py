@@ -259,6 +259,18 @@ class StateSettings(_Section):
     max_bytes: int = Field(default=65_536, ge=256, le=64 * 1024 * 1024)
 
 
+class MemorySettings(_Section):
+    """Long-term memory: the journal of thoughts and recall, and their size in the request."""
+
+    enabled: bool = True
+    journal: int = Field(default=5, ge=0, le=100)
+    recall: int = Field(default=5, ge=0, le=100)
+    # characters: the journal and the recalled items together
+    max_chars: int = Field(default=1_200, ge=0, le=100_000)
+    # characters: a round's thought is cut past this before it is kept
+    thought_chars: int = Field(default=400, ge=0, le=100_000)
+
+
 class DaemonSettings(_Section):
     """How the running daemon is reached and stopped."""
 
@@ -326,6 +338,7 @@ class Settings(BaseSettings):
     prompt: PromptSettings = PromptSettings()
     state: StateSettings = StateSettings()
     daemon: DaemonSettings = DaemonSettings()
+    memory: MemorySettings = MemorySettings()
     channels: dict[str, ChannelSettings] = Field(default_factory=_default_channels)
 
     @property

@@ -142,6 +142,49 @@ class Message(_Frozen):
     """A written-back push whose delivery failed: kept for the gate, not shown to the model."""
 
 
+class MemoryKind(StrEnum):
+    """What a long-term memory holds."""
+
+    NOTE = "note"
+    """A fact worth keeping (the owner's sister has a recital on Saturday)."""
+    PROFILE = "profile"
+    """An evergreen fact about the owner (name, job, allergies)."""
+    THOUGHT = "thought"
+    """The companion's private thought of one round (the text before the footer)."""
+
+
+class Memory(_Frozen):
+    """One long-term memory of an owner.
+
+    `source` says who wrote it: ``round:<id>``, ``chat`` or ``cli``; a memory a
+    round wrote also carries that round's id.
+    """
+
+    id: int | None = None
+    owner_id: str
+    kind: MemoryKind
+    text: str
+    created_at: AwareDatetime
+    source: str
+    round_id: str | None = None
+
+
+class Recalled(_Frozen):
+    """One recalled item: a memory or an older main-session message, with its score.
+
+    `memory_kind` is set for a memory, `role` and `origin` for a message.
+    """
+
+    kind: Literal["memory", "message"]
+    id: int
+    text: str
+    created_at: AwareDatetime
+    score: float
+    memory_kind: MemoryKind | None = None
+    role: str | None = None
+    origin: Origin | None = None
+
+
 @dataclass(frozen=True)
 class SessionView:
     """What a round reads before it thinks, in one read of the main session.

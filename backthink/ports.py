@@ -7,6 +7,7 @@ gets its ports through constructors, so tests pass fakes from
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
@@ -15,11 +16,14 @@ from backthink.models import (
     MAIN_SESSION,
     Delivery,
     DeliveryStatus,
+    Memory,
+    MemoryKind,
     Message,
     ModelMessage,
     ModelReply,
     OutgoingMessage,
     OwnerActivity,
+    Recalled,
     RoundRecord,
     SessionView,
     StateReading,
@@ -100,6 +104,54 @@ class RoundStore(Protocol):
 
     async def mark(self, owner_id: str, name: str, at: datetime) -> None:
         """Set a named per-owner mark; it survives restarts."""
+        ...
+
+
+class MemoryStore(Protocol):
+    """Owners' long-term memories (notes, profile facts, thoughts) and recall over them.
+
+    Other programs may write memories into the same table; what `forget`
+    removes is gone from every table and index.
+    """
+
+    async def add(self, memory: Memory) -> Memory:
+        """Store one memory and return it with its id."""
+        ...
+
+    async def list(
+        self, owner_id: str, *, kind: MemoryKind | None = None, limit: int = 20
+    ) -> builtins.list[Memory]:
+        """Return an owner's memories newest first, of one kind or of every kind."""
+        ...
+
+    async def latest_thoughts(self, owner_id: str, n: int) -> builtins.list[Memory]:
+        """Return an owner's newest `n` thoughts, newest first."""
+        ...
+
+    async def forget(self, owner_id: str, memory_id: int) -> bool:
+        """Delete one memory of an owner, text and index entries; False if there is none."""
+        ...
+
+    async def search(self, owner_id: str, query: str, *, limit: int = 20) -> builtins.list[Memory]:
+        """Return an owner's memories holding every word of `query` (any case), newest first."""
+        ...
+
+    async def recall(
+        self,
+        owner_id: str,
+        window: Sequence[Message],
+        *,
+        limit: int,
+        max_chars: int,
+        before_message_id: int | None = None,
+    ) -> builtins.list[Recalled]:
+        """Return at most `limit` memories and older main-session messages the window recalls.
+
+        Best first, their texts within `max_chars` together. Messages at or
+        after `before_message_id` (default: the window's first) are never
+        recalled, and the window does not count in the terms' statistics.
+        Weak matches recall nothing.
+        """
         ...
 
 

@@ -23,6 +23,7 @@ GROUPS = (
     ("prompt_size", 60),
     ("many_owners", 600),
     ("worst_case", 180),
+    ("recall", 900),
 )
 TERM_GRACE_S = 45.0  # seconds a stopped group gets to stop its own children
 

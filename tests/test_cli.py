@@ -234,3 +234,38 @@ def test_bad_role_is_a_usage_error(workdir: Workdir) -> None:
     proc = workdir.cli("messages", "add", "--role", "robot", "--text", "x", check=False)
     assert proc.returncode == 2
     assert "role: must be one of user, assistant, system" in proc.stderr
+
+
+def test_memory_commands_add_list_search_and_forget(workdir: Workdir) -> None:
+    """memory add/list/search/forget work on the configured database, JSON included."""
+    assert workdir.cli("memory", "add", "我妹妹下周六钢琴比赛").stdout == "added memory 1\n"
+    workdir.cli("memory", "add", "allergic to peanuts", "--kind", "profile")
+    listed = json.loads(workdir.cli("memory", "list", "--json").stdout)
+    assert [(m["id"], m["kind"], m["text"]) for m in listed] == [
+        (2, "profile", "allergic to peanuts"),
+        (1, "note", "我妹妹下周六钢琴比赛"),
+    ]
+    assert listed[0]["source"] == "cli" and listed[0]["created_at"].endswith("+00:00")
+    profile = json.loads(workdir.cli("memory", "list", "--kind", "profile", "--json").stdout)
+    assert [m["id"] for m in profile] == [2]
+    found = json.loads(workdir.cli("memory", "search", "钢琴", "--json").stdout)
+    assert [(m["id"], m["kind"], m["text"]) for m in found] == [(1, "note", "我妹妹下周六钢琴比赛")]
+    assert set(found[0]) >= {"id", "kind", "text", "created_at"}
+    assert "钢琴比赛" in workdir.cli("memory", "search", "钢琴比赛").stdout
+    assert workdir.cli("memory", "forget", "1").stdout == "forgot memory 1\n"
+    assert json.loads(workdir.cli("memory", "search", "钢琴", "--json").stdout) == []
+    assert workdir.cli("memory", "list").stdout.splitlines()[0].startswith("2  ")
+
+
+def test_forgetting_a_missing_memory_is_exit_1_with_one_line(workdir: Workdir) -> None:
+    """memory forget of an id nobody has fails with one clear line and exit code 1."""
+    proc = workdir.cli("memory", "forget", "42", check=False)
+    assert proc.returncode == 1
+    assert proc.stderr == "backthink: no memory 42 for owner 'o'\n"
+
+
+def test_memory_add_refuses_a_thought_kind(workdir: Workdir) -> None:
+    """Thoughts are the rounds' own: memory add --kind thought is a usage error (exit 2)."""
+    proc = workdir.cli("memory", "add", "x", "--kind", "thought", check=False)
+    assert proc.returncode == 2
+    assert json.loads(workdir.cli("memory", "list", "--json").stdout) == []

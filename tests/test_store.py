@@ -33,6 +33,7 @@ from backthink.store import (
     migrate,
     open_store,
 )
+from backthink.store.fulltext import FULLTEXT_DDL, is_fulltext_table
 from backthink.store.messages import _newest, _newest_owner_channels
 from backthink.store.migrator import alembic_config
 from backthink.store.tables import metadata
@@ -509,6 +510,11 @@ def _fingerprint(conn: Connection) -> dict[str, Any]:
             "indexes": indexes,
             "constraints": sorted(re.findall(r"CONSTRAINT (\w+)", str(sql))),
         }
+    # Virtual tables and triggers are created by hand on both paths: their SQL must match.
+    out["by hand"] = conn.exec_driver_sql(
+        "SELECT type, name, sql FROM sqlite_master"
+        " WHERE type = 'trigger' OR sql LIKE 'CREATE VIRTUAL TABLE%' ORDER BY name"
+    ).all()
     return out
 
 
@@ -525,8 +531,16 @@ async def test_a_new_database_gets_the_schema_the_revisions_build(
         async with by_revisions.connect() as a, fresh.connect() as b:
             expected, got = await a.run_sync(_fingerprint), await b.run_sync(_fingerprint)
             assert await b.run_sync(_revision) == await a.run_sync(_revision)
-        assert set(got) == {"alembic_version", "delivery", "mark", "message", "round"}
+        fulltext = {
+            f"{table}_fts{suffix}"
+            for table in ("memory", "message")
+            for suffix in ("", "_config", "_data", "_docsize", "_idx", "_vocab")
+        }
+        plain = {"alembic_version", "delivery", "mark", "memory", "message", "round"}
+        assert set(got) == plain | fulltext | {"by hand"}
         assert got == expected
+        # The revision's own copy of the statements is the one the package runs.
+        assert sorted(sql for _, _, sql in got["by hand"]) == sorted(FULLTEXT_DDL)
         assert "ck_message_origin" in got["message"]["constraints"]
     finally:
         await by_revisions.dispose()
@@ -555,11 +569,17 @@ def test_a_new_or_current_database_opens_without_alembic(db_path: Path) -> None:
     assert db_path.exists()
 
 
+def _not_fulltext(name: str | None, type_: str, parent_names: Any) -> bool:
+    return not (type_ == "table" and name is not None and is_fulltext_table(name))
+
+
 async def test_migrations_build_exactly_the_tables(tmp_path: Path) -> None:
     """The schema the revisions build has no differences from the SQLModel metadata."""
 
     def diff(conn: Connection, target: MetaData) -> list[Any]:
-        context = MigrationContext.configure(conn, opts={"compare_type": True})
+        context = MigrationContext.configure(
+            conn, opts={"compare_type": True, "include_name": _not_fulltext}
+        )
         return list(compare_metadata(context, target))
 
     engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'revisions.db'}")

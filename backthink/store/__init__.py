@@ -9,7 +9,13 @@ from dataclasses import dataclass
 from backthink.config import DatabaseSettings
 from backthink.store.database import Database
 from backthink.store.engine import BUSY_TIMEOUT_MS, create_engine
-from backthink.store.memory import MemoryMessageStore, MemoryOutbox, MemoryRoundStore
+from backthink.store.memories import SqlMemoryStore
+from backthink.store.memory import (
+    MemoryMemoryStore,
+    MemoryMessageStore,
+    MemoryOutbox,
+    MemoryRoundStore,
+)
 from backthink.store.messages import SqlMessageStore
 from backthink.store.migrator import migrate
 from backthink.store.outbox import SqlOutbox
@@ -18,9 +24,11 @@ from backthink.store.rounds import SqlRoundStore
 __all__ = [
     "BUSY_TIMEOUT_MS",
     "Database",
+    "MemoryMemoryStore",
     "MemoryMessageStore",
     "MemoryOutbox",
     "MemoryRoundStore",
+    "SqlMemoryStore",
     "SqlMessageStore",
     "SqlOutbox",
     "SqlRoundStore",
@@ -40,6 +48,7 @@ class SqlStores:
     messages: SqlMessageStore
     rounds: SqlRoundStore
     outbox: SqlOutbox
+    memories: SqlMemoryStore
 
 
 async def open_store(
@@ -73,6 +82,6 @@ async def open_database(settings: DatabaseSettings) -> AsyncIterator[SqlStores]:
     """
     db, messages, rounds = await open_store(settings.url, busy_timeout_ms=settings.busy_timeout_ms)
     try:
-        yield SqlStores(db, messages, rounds, SqlOutbox(db))
+        yield SqlStores(db, messages, rounds, SqlOutbox(db), SqlMemoryStore(db))
     finally:
         await db.dispose()

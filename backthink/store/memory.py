@@ -10,14 +10,18 @@ from itertools import islice
 
 from pydantic import ValidationError
 
+from backthink import recall
 from backthink.errors import StoreError
 from backthink.models import (
     MAIN_SESSION,
     Delivery,
     DeliveryStatus,
+    Memory,
+    MemoryKind,
     Message,
     OwnerActivity,
     PastPush,
+    Recalled,
     RoundRecord,
     SessionView,
 )
@@ -258,3 +262,114 @@ class MemoryOutbox:
                 "updated_at": at.astimezone(UTC),
             }
         )
+
+
+class MemoryMemoryStore:
+    """A MemoryStore in a dict; search and recall scan, as the trigram index would match.
+
+    Recall reads older messages from `messages`, the in-memory message store
+    of the same app (None: memories only).
+    """
+
+    def __init__(self, messages: MemoryMessageStore | None = None) -> None:
+        """Start empty."""
+        self._messages = messages
+        self._rows: dict[int, Memory] = {}
+        self._max_id = 0
+
+    async def add(self, memory: Memory) -> Memory:
+        """Store one memory and return it with its id; a taken id is a StoreError."""
+        try:
+            checked = Memory.model_validate(dict(memory))
+        except ValidationError as exc:
+            raise StoreError(f"could not store memory: {describe(exc)}") from None
+        new_id = checked.id if checked.id is not None else self._max_id + 1
+        if new_id in self._rows:
+            raise StoreError(f"could not store memory: memory id {new_id} is taken")
+        stored = checked.model_copy(
+            update={"id": new_id, "created_at": checked.created_at.astimezone(UTC)}
+        )
+        self._rows[new_id] = stored
+        self._max_id = max(self._max_id, new_id)
+        return stored
+
+    def _newest_first(self, owner_id: str) -> builtins.list[Memory]:
+        rows = [m for m in self._rows.values() if m.owner_id == owner_id]
+        rows.sort(key=lambda m: (m.created_at, m.id or 0), reverse=True)
+        return rows
+
+    async def list(
+        self, owner_id: str, *, kind: MemoryKind | None = None, limit: int = 20
+    ) -> builtins.list[Memory]:
+        """Return an owner's memories newest first, of one kind or of every kind."""
+        _check_limit(limit)
+        rows = [m for m in self._newest_first(owner_id) if kind is None or m.kind is kind]
+        return rows[:limit]
+
+    async def latest_thoughts(self, owner_id: str, n: int) -> builtins.list[Memory]:
+        """Return an owner's newest `n` thoughts, newest first."""
+        return await self.list(owner_id, kind=MemoryKind.THOUGHT, limit=n)
+
+    async def forget(self, owner_id: str, memory_id: int) -> bool:
+        """Delete one memory of an owner; False if there is none."""
+        found = self._rows.get(memory_id)
+        if found is None or found.owner_id != owner_id:
+            return False
+        del self._rows[memory_id]
+        return True
+
+    async def search(self, owner_id: str, query: str, *, limit: int = 20) -> builtins.list[Memory]:
+        """Return an owner's memories that hold every word of `query`, newest first."""
+        words = query.lower().split()
+        if not words:
+            return []
+        found = [m for m in self._newest_first(owner_id) if all(w in m.text.lower() for w in words)]
+        return found[:limit]
+
+    async def recall(
+        self,
+        owner_id: str,
+        window: Sequence[Message],
+        *,
+        limit: int,
+        max_chars: int,
+        before_message_id: int | None = None,
+    ) -> builtins.list[Recalled]:
+        """Return the memories and older main-session messages the window brings to mind."""
+        recent = recall.recency(window)
+        ids = [m.id for m in window if m.id is not None]
+        before = before_message_id if before_message_id is not None else min(ids, default=None)
+        if not recent or limit <= 0 or max_chars <= 0:
+            return []
+        every_message = [
+            m
+            for session in (self._messages._sessions if self._messages else {}).values()
+            for m in session
+        ]
+        window_ids = set(ids)
+        older = [m for m in every_message if m.id not in window_ids]
+        df_memory = {
+            t: sum(recall.contains(m.text, t) for m in self._rows.values()) for t in recent
+        }
+        df_message = {t: sum(recall.contains(m.text, t) for m in older) for t in recent}
+        df = {t: df_memory[t] + df_message[t] for t in recent}
+        documents = self._max_id + (self._messages._max_id if self._messages else 0) - len(window)
+        weights = recall.weigh(recent, df, documents)
+        found = [
+            recall.Candidate("memory", m.id or 0, m.text, m.created_at, m.kind)
+            for m in self._rows.values()
+            if m.owner_id == owner_id and any(recall.contains(m.text, t) for t in weights)
+        ]
+        found += [
+            recall.Candidate(
+                "message", m.id or 0, m.text, m.created_at, role=m.role, origin=m.origin
+            )
+            for m in every_message
+            if m.owner_id == owner_id
+            and m.session_id == MAIN_SESSION
+            and not m.undelivered
+            and before is not None
+            and (m.id or 0) < before
+            and any(recall.contains(m.text, t) for t in weights)
+        ]
+        return recall.select(found, weights, window, limit=limit, max_chars=max_chars)

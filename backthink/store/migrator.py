@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backthink.errors import StoreError
 from backthink.store.failures import describe, store_errors
+from backthink.store.fulltext import create_fulltext
 from backthink.store.tables import metadata
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 SCRIPT_LOCATION = Path(__file__).with_name("migrations")
 """env.py, script.py.mako and versions/ ship inside the package, so no alembic.ini is needed."""
 
-HEAD_REVISION = "0006"
+HEAD_REVISION = "0007"
 """The newest revision under migrations/versions; a test keeps the two in step."""
 
 VERSION_TABLE = "alembic_version"
@@ -69,6 +70,9 @@ def _create_current(connection: Connection) -> bool:
     if existing & ({VERSION_TABLE} | set(metadata.tables)):
         return False
     metadata.create_all(connection)
+    # Virtual tables and triggers are no part of the metadata; the revision that
+    # added them runs the same statements.
+    create_fulltext(connection)
     # The same table alembic keeps, so later revisions upgrade from here.
     version = Table(
         VERSION_TABLE,

@@ -1,4 +1,4 @@
-"""The SQLModel tables: message, round and the delivery outbox.
+"""The SQLModel tables: message, round, the delivery outbox and long-term memory.
 
 Rows are storage only; the stores convert them to the pydantic models of
 `backthink.models` at the boundary, so no row object leaves this package.
@@ -23,7 +23,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
-from backthink.models import MAIN_SESSION
+from backthink.models import MAIN_SESSION, MemoryKind
 from backthink.store.columns import UTCDateTime
 
 # Deterministic constraint names let later revisions drop or alter a constraint
@@ -41,6 +41,7 @@ metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 DELIVERY_STATUSES = ("pending", "sent", "failed")
 ORIGINS = ("chat", "proactive")
+MEMORY_KINDS = tuple(kind.value for kind in MemoryKind)
 
 
 def _one_of(column: str, values: tuple[str, ...]) -> str:
@@ -153,3 +154,27 @@ class MarkRow(_Table, table=True):
     owner_id: str = Field(primary_key=True, sa_type=String)
     name: str = Field(primary_key=True, sa_type=String)
     at: datetime = Field(sa_type=UTCDateTime)
+
+
+class MemoryRow(_Table, table=True):
+    """One long-term memory; the newest of a kind are a backward walk of `ix_memory_recent`.
+
+    Other programs (the chat app) may write rows here directly; the full-text
+    index (`memory_fts`, SQLite) is kept current by triggers, not by backthink.
+    """
+
+    __tablename__ = "memory"
+    __table_args__ = (
+        Index("ix_memory_recent", "owner_id", "kind", "created_at", "id"),
+        CheckConstraint(_one_of("kind", MEMORY_KINDS), name="kind"),
+    )
+
+    # INTEGER (not BIGINT) so that SQLite makes it an alias of the rowid, which the
+    # full-text index points at.
+    id: int | None = Field(default=None, primary_key=True, sa_type=Integer)
+    owner_id: str = Field(sa_type=String)
+    kind: str = Field(sa_type=String)
+    text: str = Field(sa_type=Text)
+    created_at: datetime = Field(sa_type=UTCDateTime)
+    source: str = Field(sa_type=String)
+    round_id: str | None = Field(default=None, sa_type=String)

@@ -9,6 +9,7 @@ from alembic.autogenerate.api import AutogenContext
 from sqlalchemy.engine import Connection
 
 from backthink.store.columns import UTCDateTime
+from backthink.store.fulltext import is_fulltext_table
 from backthink.store.tables import metadata
 
 
@@ -19,6 +20,11 @@ def _render_item(type_: str, obj: Any, autogen_context: AutogenContext) -> str |
     return False
 
 
+def _include_name(name: str | None, type_: str, parent_names: Any) -> bool:
+    """Leave the full-text indexes (virtual tables, written by hand) out of comparisons."""
+    return not (type_ == "table" and name is not None and is_fulltext_table(name))
+
+
 def _run(connection: Connection) -> None:
     context.configure(
         connection=connection,
@@ -27,6 +33,7 @@ def _run(connection: Connection) -> None:
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
         render_item=_render_item,
+        include_name=_include_name,
     )
     with context.begin_transaction():
         context.run_migrations()

@@ -1,0 +1,211 @@
+"""Recall's pure logic: terms from the recent window, their weights, and what is kept.
+
+Recall queries the full-text indexes with terms of the recent window and
+keeps only strong, new matches:
+
+1. Terms come from the newest `WINDOW_MESSAGES` messages: every three
+   consecutive CJK characters, and every latin word (letters and digits) of
+   at least `MIN_WORD_CHARS`. The trigram index cannot match anything
+   shorter, and raw text is never handed to MATCH: each term is quoted.
+2. A term weighs its recency (`RECENCY_DECAY` per message of age) times its
+   rarity, log(N / df), counted over what lies outside the window: a term
+   only the window holds has df 0 and is dropped, as is one so common
+   (df > `DF_CAP`) that it matches everything. The best `TERMS` are kept.
+3. Candidates are scored by the summed weights of the terms they contain,
+   and gated: a row needs two matched terms, or one latin word of
+   `LONG_WORD_CHARS` or more. Otherwise top-k would always return
+   something, however unrelated.
+4. What repeats the window, or an item already kept, is dropped (trigram
+   Jaccard similarity); the rest fills `max_chars`, best first.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from backthink.models import MemoryKind, Message, Origin, Recalled
+
+WINDOW_MESSAGES = 8
+"""How many of the newest window messages the terms come from."""
+RECENCY_DECAY = 0.85
+"""A term's weight is multiplied by this per message of age."""
+TERMS = 8
+"""How many terms a recall queries with; each costs about 0.1 ms per index."""
+DF_CAP = 1000
+"""Terms in more documents than this match too much to tell anything apart."""
+CANDIDATES = 20
+"""Rows read per index before the re-ranking."""
+MIN_WORD_CHARS = 4
+"""A latin word shorter than this is no term (too common, and often under a trigram)."""
+LONG_WORD_CHARS = 6
+"""One matched latin word this long is enough on its own to recall a row."""
+SIMILAR = 0.5
+"""Trigram Jaccard similarity at which two texts count as the same thing said twice."""
+ITEM_CHARS = 300
+"""One recalled text is cut past this many characters."""
+
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_CJK_RUN = re.compile(f"[{_CJK}]+")
+_WORD = re.compile(f"[^\\W_{_CJK}]+")
+
+
+def terms_of(text: str) -> list[str]:
+    """The recall terms of a text, in order of appearance, each once.
+
+    CJK runs give their 3-grams; other runs of letters and digits of at least
+    `MIN_WORD_CHARS` give themselves, lowercased (the index folds case).
+    """
+    found: dict[str, None] = {}
+    for run in _CJK_RUN.findall(text):
+        for i in range(len(run) - 2):
+            found[run[i : i + 3]] = None
+    for word in _WORD.findall(text):
+        if len(word) >= MIN_WORD_CHARS:
+            found[word.lower()] = None
+    return list(found)
+
+
+def is_word(term: str) -> bool:
+    """Whether a term is a latin word (not a CJK 3-gram)."""
+    return _CJK_RUN.search(term) is None
+
+
+def trigrams(term: str) -> list[str]:
+    """The index tokens a term is made of: its overlapping 3-character pieces."""
+    return [term[i : i + 3] for i in range(len(term) - 2)]
+
+
+def quote(term: str) -> str:
+    """Quote a term as one FTS5 string, so no text is ever read as query syntax."""
+    return '"' + term.replace('"', '""') + '"'
+
+
+def match_query(terms: Iterable[str]) -> str:
+    """An FTS5 MATCH expression that matches any of the terms."""
+    return " OR ".join(quote(term) for term in terms)
+
+
+def recency(window: Sequence[Message]) -> dict[str, float]:
+    """Each term of the newest window messages with its recency weight (1.0 for the newest)."""
+    weights: dict[str, float] = {}
+    newest = list(window)[-WINDOW_MESSAGES:]
+    for age, message in enumerate(reversed(newest)):
+        factor = RECENCY_DECAY**age
+        for term in terms_of(message.text):
+            weights[term] = max(weights.get(term, 0.0), factor)
+    return weights
+
+
+def contains(text: str, term: str) -> bool:
+    """Whether a text holds a term, as the case-folding index sees it."""
+    return term in text.lower()
+
+
+def weigh(recent: Mapping[str, float], df: Mapping[str, int], documents: int) -> dict[str, float]:
+    """Weights of the best `TERMS` terms: recency times log(N / df).
+
+    Args:
+        recent: each window term's recency weight.
+        df: each term's document count outside the window.
+        documents: how many documents there are (N), about.
+    """
+    weights: dict[str, float] = {}
+    for term, fresh in recent.items():
+        count = df.get(term, 0)
+        if 0 < count <= DF_CAP:
+            weights[term] = fresh * math.log((documents + 1) / count)
+    best = sorted(weights.items(), key=lambda item: (-item[1], item[0]))[:TERMS]
+    return {term: weight for term, weight in best if weight > 0}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A row a full-text query found, before scoring."""
+
+    kind: Literal["memory", "message"]
+    id: int
+    text: str
+    created_at: datetime
+    memory_kind: MemoryKind | None = None
+    role: str | None = None
+    origin: Origin | None = None
+
+
+def strong(matched: Sequence[str]) -> bool:
+    """The gate: two matched terms, or one long latin word."""
+    return len(matched) >= 2 or any(is_word(t) and len(t) >= LONG_WORD_CHARS for t in matched)
+
+
+def shingles(text: str) -> frozenset[str]:
+    """The set of 3-character pieces of a text, lowercased and without spaces."""
+    flat = "".join(text.lower().split())
+    return frozenset(flat[i : i + 3] for i in range(max(len(flat) - 2, 1)))
+
+
+def similarity(a: frozenset[str], b: frozenset[str]) -> float:
+    """Jaccard similarity of two shingle sets."""
+    if not a or not b:
+        return 0.0
+    return len(a & b) / len(a | b)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def select(
+    candidates: Iterable[Candidate],
+    weights: Mapping[str, float],
+    window: Sequence[Message],
+    *,
+    limit: int,
+    max_chars: int,
+) -> list[Recalled]:
+    """Score, gate, de-duplicate and bound the candidates; the best first.
+
+    Ties go to the newer row. A candidate near-identical to a window message
+    or to a better one already kept is dropped; texts are cut at
+    `ITEM_CHARS` and the kept texts together stay within `max_chars`.
+    """
+    scored: list[tuple[float, Candidate]] = []
+    seen: set[tuple[str, int]] = set()
+    for candidate in candidates:
+        if (candidate.kind, candidate.id) in seen:
+            continue
+        seen.add((candidate.kind, candidate.id))
+        matched = [term for term in weights if contains(candidate.text, term)]
+        if strong(matched):
+            scored.append((sum(weights[t] for t in matched), candidate))
+    scored.sort(key=lambda item: (-item[0], -item[1].created_at.timestamp(), -item[1].id))
+    shown = [shingles(message.text) for message in window]
+    kept: list[Recalled] = []
+    used = 0
+    for score, candidate in scored:
+        if len(kept) >= limit:
+            break
+        own = shingles(candidate.text)
+        if any(similarity(own, other) >= SIMILAR for other in shown):
+            continue
+        text = _cut(candidate.text, min(ITEM_CHARS, max_chars))
+        if used + len(text) > max_chars:
+            continue
+        shown.append(own)
+        used += len(text)
+        kept.append(
+            Recalled(
+                kind=candidate.kind,
+                id=candidate.id,
+                text=text,
+                created_at=candidate.created_at,
+                score=round(score, 6),
+                memory_kind=candidate.memory_kind,
+                role=candidate.role,
+                origin=candidate.origin,
+            )
+        )
+    return kept

@@ -1,0 +1,399 @@
+"""Long-term memory: the store contract over SQL and memory, recall quality, the schema."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from backthink import recall
+from backthink.errors import StoreError
+from backthink.models import Memory, MemoryKind, Message
+from backthink.store import (
+    MemoryMemoryStore,
+    MemoryMessageStore,
+    SqlMemoryStore,
+    SqlMessageStore,
+    create_engine,
+    migrate,
+    open_store,
+)
+from backthink.store.migrator import alembic_config
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+HOSTILE = ["don't", "a-b", "AND", "c++", 'say "hi', "col:abc", "好的 OR", "5.0", "NEAR(", "*", ")"]
+
+FILLER = [
+    "今天午饭吃了拉面，味道还不错",
+    "下班路上有点堵车，回家晚了",
+    "晚上看了一集纪录片，讲深海鱼类",
+    "明天早上要开会，得早点睡",
+    "the weather turned cold again today",
+    "I finished reading that novel about sailors",
+    "猫今天把花盆打翻了，真头疼",
+    "we ordered dumplings for dinner tonight",
+    "周末想去公园散散步，晒晒太阳",
+    "my laptop battery drains quickly lately",
+]
+
+
+def msg(text: str, *, at: datetime = T0, owner: str = "ana", **fields: object) -> Message:
+    """A user message of `owner` at `at`."""
+    return Message(owner_id=owner, role="user", text=text, created_at=at, **fields)  # type: ignore[arg-type]
+
+
+def note(
+    text: str, *, at: datetime = T0, owner: str = "ana", kind: MemoryKind = MemoryKind.NOTE
+) -> Memory:
+    """A memory of `owner` written from the command line."""
+    return Memory(owner_id=owner, kind=kind, text=text, created_at=at, source="cli")
+
+
+@dataclass
+class Stores:
+    """One memory store and the message store it recalls from."""
+
+    memories: SqlMemoryStore | MemoryMemoryStore
+    messages: SqlMessageStore | MemoryMessageStore
+    path: Path | None
+
+    async def history(self, texts: list[str], *, start: datetime = T0) -> list[Message]:
+        """Store messages one minute apart; return them with their ids."""
+        return [
+            await self.messages.add(msg(t, at=start + timedelta(minutes=i)))
+            for i, t in enumerate(texts)
+        ]
+
+
+@pytest.fixture(params=["sql", "memory"])
+async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stores]:
+    """Each MemoryStore implementation, empty, with its message store."""
+    if request.param == "memory":
+        messages = MemoryMessageStore()
+        yield Stores(MemoryMemoryStore(messages), messages, None)
+        return
+    path = tmp_path / "bt.db"
+    db, sql_messages, _ = await open_store(f"sqlite+aiosqlite:///{path}")
+    yield Stores(SqlMemoryStore(db), sql_messages, path)
+    await db.dispose()
+
+
+def filler(n: int) -> list[str]:
+    """`n` everyday messages that mention neither the recital nor anything like it."""
+    return [FILLER[i % len(FILLER)] for i in range(n)]
+
+
+# The contract.
+
+
+async def test_add_returns_the_memory_with_an_id_and_utc_time(stores: Stores) -> None:
+    """A stored memory comes back with a new id and its instant in UTC."""
+    local = T0.astimezone(timezone(timedelta(hours=8)))
+    stored = await stores.memories.add(note("likes jasmine tea", at=local))
+    assert stored.id is not None and stored.created_at == T0
+    (listed,) = await stores.memories.list("ana")
+    assert listed == stored and listed.created_at.tzinfo is not None
+
+
+async def test_list_is_newest_first_per_owner_kind_and_limit(stores: Stores) -> None:
+    """list walks an owner's memories newest first, every kind unless one is asked for."""
+    m = stores.memories
+    await m.add(note("a", at=T0))
+    await m.add(note("b", at=T0 + timedelta(minutes=1), kind=MemoryKind.PROFILE))
+    await m.add(note("c", at=T0 + timedelta(minutes=2), kind=MemoryKind.THOUGHT))
+    await m.add(note("other owner", owner="bo"))
+    assert [x.text for x in await m.list("ana")] == ["c", "b", "a"]
+    assert [x.text for x in await m.list("ana", kind=MemoryKind.PROFILE)] == ["b"]
+    assert [x.text for x in await m.list("ana", limit=2)] == ["c", "b"]
+    assert [x.text for x in await m.latest_thoughts("ana", 5)] == ["c"]
+    with pytest.raises(ValueError, match="negative"):
+        await m.list("ana", limit=-1)
+
+
+async def test_forget_removes_only_that_owners_memory(stores: Stores) -> None:
+    """forget is True once for an owner's memory, False for a missing or another owner's one."""
+    kept = await stores.memories.add(note("keep me"))
+    gone = await stores.memories.add(note("forget me"))
+    assert gone.id is not None and kept.id is not None
+    assert not await stores.memories.forget("bo", gone.id)
+    assert await stores.memories.forget("ana", gone.id)
+    assert not await stores.memories.forget("ana", gone.id)
+    assert [x.text for x in await stores.memories.list("ana")] == ["keep me"]
+
+
+async def test_search_finds_memories_holding_every_word(stores: Stores) -> None:
+    """search matches every word, ignoring case, short CJK words included, newest first."""
+    m = stores.memories
+    await m.add(note("我妹妹下周六钢琴比赛", at=T0))
+    await m.add(note("My sister's Piano recital is next Saturday", at=T0 + timedelta(minutes=1)))
+    await m.add(note("钢琴老师姓王", at=T0 + timedelta(minutes=2)))
+    await m.add(note("钢琴比赛 of another owner", owner="bo"))
+    assert [x.text for x in await m.search("ana", "钢琴比赛")] == ["我妹妹下周六钢琴比赛"]
+    assert [x.text for x in await m.search("ana", "钢琴")] == [
+        "钢琴老师姓王",
+        "我妹妹下周六钢琴比赛",
+    ]
+    assert [x.text[:10] for x in await m.search("ana", "piano RECITAL")] == ["My sister'"]
+    assert await m.search("ana", "piano violin") == []
+    assert await m.search("ana", "   ") == []
+
+
+@pytest.mark.parametrize("query", HOSTILE)
+async def test_hostile_search_queries_are_text(stores: Stores, query: str) -> None:
+    """Query syntax in a search is searched for as text, never an error."""
+    await stores.memories.add(note(f"we said {query} yesterday"))
+    found = await stores.memories.search("ana", query)
+    assert [x.text for x in found] == [f"we said {query} yesterday"]
+
+
+# Recall quality: a fact from long ago, a window that talks about it or not.
+
+ZH_FACT = "我妹妹下周六钢琴比赛，她有点紧张"
+EN_FACT = "my sister's piano recital is next Saturday"
+
+
+@pytest.mark.parametrize(
+    ("window", "expected"),
+    [
+        (["周六的钢琴比赛你妹妹准备好了吗"], ZH_FACT),
+        (["Is the piano recital still on for Saturday?"], EN_FACT),
+        (["明天还要加班", "钢琴比赛那天我要去现场"], ZH_FACT),
+        (["晚饭做了番茄炒蛋", "我想去海边旅行"], None),
+        (["the train was late again this morning"], None),
+        (["下周六我有空"], None),
+    ],
+)
+async def test_a_fact_from_long_ago_is_recalled_only_when_the_window_is_about_it(
+    stores: Stores, window: list[str], expected: str | None
+) -> None:
+    """A memory and a message 200 messages back come to mind for a related window only."""
+    await stores.memories.add(note(ZH_FACT, at=T0 - timedelta(days=9)))
+    await stores.messages.add(msg(EN_FACT, at=T0 - timedelta(days=9)))
+    await stores.history(filler(200))
+    shown = await stores.history(window, start=T0 + timedelta(days=1))
+    found = await stores.memories.recall("ana", shown, limit=5, max_chars=1200)
+    assert [r.text for r in found][:1] == ([expected] if expected else [])
+    if expected is None:
+        assert found == []
+
+
+async def test_window_messages_are_never_recalled(stores: Stores) -> None:
+    """Messages at or after the window's first are left out, even when they match best."""
+    await stores.history(filler(20))
+    shown = await stores.history(
+        ["钢琴比赛的曲目定了吗", "钢琴比赛在周六上午"], start=T0 + timedelta(days=1)
+    )
+    assert await stores.memories.recall("ana", shown, limit=5, max_chars=1200) == []
+    older = await stores.memories.recall("ana", shown[1:], limit=5, max_chars=1200)
+    assert [(r.kind, r.id) for r in older] == [("message", shown[0].id)]
+
+
+async def test_a_memory_repeating_the_window_is_dropped(stores: Stores) -> None:
+    """A memory near-identical to a window message adds nothing and is not recalled."""
+    await stores.memories.add(note(ZH_FACT))
+    shown = await stores.history([ZH_FACT], start=T0 + timedelta(days=1))
+    assert await stores.memories.recall("ana", shown, limit=5, max_chars=1200) == []
+
+
+async def test_near_duplicates_among_results_are_recalled_once(stores: Stores) -> None:
+    """Two memories saying the same thing come back as one."""
+    await stores.memories.add(note(ZH_FACT, at=T0))
+    await stores.memories.add(note(ZH_FACT + "。", at=T0 + timedelta(minutes=1)))
+    shown = await stores.history(["钢琴比赛准备得怎样"], start=T0 + timedelta(days=1))
+    found = await stores.memories.recall("ana", shown, limit=5, max_chars=1200)
+    assert len(found) == 1 and found[0].kind == "memory"
+
+
+async def test_recall_stays_within_max_chars_and_limit(stores: Stores) -> None:
+    """The recalled texts together never exceed max_chars, nor their count the limit."""
+    for i, extra in enumerate(
+        ["她练了很久", "曲目是肖邦", "老师很严格", "地点在市中心", "要穿礼服"]
+    ):
+        await stores.memories.add(note(f"钢琴比赛：{extra}" * 3, at=T0 + timedelta(minutes=i)))
+    shown = await stores.history(["钢琴比赛快到了"], start=T0 + timedelta(days=1))
+    found = await stores.memories.recall("ana", shown, limit=5, max_chars=40)
+    assert found and sum(len(r.text) for r in found) <= 40
+    assert len(await stores.memories.recall("ana", shown, limit=2, max_chars=1200)) <= 2
+
+
+async def test_other_owners_are_never_recalled(stores: Stores) -> None:
+    """Another owner's memories and messages never come back."""
+    await stores.memories.add(note(ZH_FACT, owner="bo"))
+    await stores.messages.add(msg(EN_FACT, owner="bo"))
+    shown = await stores.history(["钢琴比赛 piano recital Saturday"], start=T0 + timedelta(days=1))
+    assert await stores.memories.recall("ana", shown, limit=5, max_chars=1200) == []
+
+
+async def test_a_forgotten_memory_is_neither_searched_nor_recalled(stores: Stores) -> None:
+    """Once forgotten, a memory is found by no search and no recall."""
+    gone = await stores.memories.add(note(ZH_FACT))
+    assert gone.id is not None
+    shown = await stores.history(["钢琴比赛准备得怎样"], start=T0 + timedelta(days=1))
+    assert len(await stores.memories.recall("ana", shown, limit=5, max_chars=1200)) == 1
+    assert await stores.memories.forget("ana", gone.id)
+    assert await stores.memories.search("ana", "钢琴比赛") == []
+    assert await stores.memories.recall("ana", shown, limit=5, max_chars=1200) == []
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+async def test_hostile_memory_text_stays_text(stores: Stores, text: str) -> None:
+    """Memories and windows full of query syntax recall like any other text."""
+    await stores.memories.add(note(f"钢琴比赛 {text} 记得带乐谱"))
+    shown = await stores.history([f"{text} 钢琴比赛要带乐谱吗"], start=T0 + timedelta(days=1))
+    found = await stores.memories.recall("ana", shown, limit=5, max_chars=1200)
+    assert [r.text for r in found] == [f"钢琴比赛 {text} 记得带乐谱"]
+
+
+# SQLite specifics.
+
+
+async def test_a_forgotten_text_leaves_no_token_in_the_index(tmp_path: Path) -> None:
+    """After forget, the FTS shadow tables and vocabulary hold none of the text's trigrams."""
+    path = tmp_path / "bt.db"
+    db, _, _ = await open_store(f"sqlite+aiosqlite:///{path}")
+    store = SqlMemoryStore(db)
+    secret = "瑞士银行保险箱密码"
+    for i in range(30):
+        await store.add(note(f"平常的记录{i}号，和别的都不一样"))
+    gone = await store.add(note(secret))
+    assert gone.id is not None and await store.search("ana", secret)
+    await store.forget("ana", gone.id)
+    await db.dispose()
+    with sqlite3.connect(path) as raw:
+        vocab = {t for (t,) in raw.execute("SELECT term FROM memory_fts_vocab")}
+        blobs = b"".join(bytes(b) for (b,) in raw.execute("SELECT block FROM memory_fts_data") if b)
+        left = raw.execute("SELECT count(*) FROM memory WHERE text = ?", (secret,)).fetchone()
+    assert not vocab & set(recall.trigrams(secret))
+    assert all(t.encode() not in blobs for t in recall.trigrams(secret))
+    assert left == (0,)
+    assert secret.encode() not in path.read_bytes()
+
+
+async def test_a_bad_kind_is_refused_by_the_database(tmp_path: Path) -> None:
+    """The check constraint refuses a kind outside note, profile and thought."""
+    path = tmp_path / "bt.db"
+    db, _, _ = await open_store(f"sqlite+aiosqlite:///{path}")
+    await db.dispose()
+    with sqlite3.connect(path) as raw, pytest.raises(sqlite3.IntegrityError, match="ck_memory"):
+        raw.execute(
+            "INSERT INTO memory (owner_id, kind, text, created_at, source)"
+            " VALUES ('ana', 'wish', 'x', '2026-03-01 12:00:00.000000', 'chat')"
+        )
+
+
+async def test_rows_the_chat_app_writes_are_indexed(tmp_path: Path) -> None:
+    """Inserts, updates and deletes by another program keep both indexes current."""
+    path = tmp_path / "bt.db"
+    db, _, _ = await open_store(f"sqlite+aiosqlite:///{path}")
+    store = SqlMemoryStore(db)
+    with sqlite3.connect(path) as raw:
+        raw.execute(
+            "INSERT INTO memory (owner_id, kind, text, created_at, source)"
+            " VALUES ('ana', 'note', '喜欢茉莉花茶', '2026-03-01 12:00:00.000000', 'chat')"
+        )
+    assert [m.text for m in await store.search("ana", "茉莉花")] == ["喜欢茉莉花茶"]
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE memory SET text = '喜欢乌龙茶'")
+    assert await store.search("ana", "茉莉花") == []
+    assert [m.text for m in await store.search("ana", "乌龙茶")] == ["喜欢乌龙茶"]
+    with sqlite3.connect(path) as raw:
+        raw.execute("DELETE FROM memory")
+        integrity = [
+            raw.execute(f"INSERT INTO {t}_fts({t}_fts) VALUES ('integrity-check')").fetchall()
+            for t in ("memory", "message")
+        ]
+    assert integrity == [[], []]
+    assert await store.search("ana", "乌龙茶") == []
+    await db.dispose()
+
+
+async def test_upgrading_to_memory_keeps_rows_and_indexes_old_messages(tmp_path: Path) -> None:
+    """A database at 0006 keeps its messages through 0007, and they become recallable."""
+    from alembic import command
+
+    path = tmp_path / "bt.db"
+    engine = create_engine(f"sqlite+aiosqlite:///{path}")
+    async with engine.begin() as conn:
+        await conn.run_sync(lambda c: command.upgrade(alembic_config(c), "0006"))
+    with sqlite3.connect(path) as raw:
+        raw.execute(
+            "INSERT INTO message (owner_id, session_id, role, text, origin, created_at)"
+            f" VALUES ('ana', 'main', 'user', '{EN_FACT.replace(chr(39), chr(39) * 2)}',"
+            " 'chat', '2026-02-01 00:00:00.000000')"
+        )
+    await migrate(engine)
+    await engine.dispose()
+    db, messages, _ = await open_store(f"sqlite+aiosqlite:///{path}")
+    shown = [await messages.add(msg("how did the piano recital go on Saturday?"))]
+    found = await SqlMemoryStore(db).recall("ana", shown, limit=5, max_chars=1200)
+    await db.dispose()
+    assert [(r.kind, r.text) for r in found] == [("message", EN_FACT)]
+
+
+# The pure term logic.
+
+
+def test_terms_are_cjk_trigrams_and_long_latin_words() -> None:
+    """CJK runs give 3-grams; latin words of four or more letters give themselves, lowercased."""
+    assert recall.terms_of("钢琴比赛 Piano day, c++ 2026 好的") == [
+        "钢琴比",
+        "琴比赛",
+        "piano",
+        "2026",
+    ]
+    assert recall.terms_of("don't a-b AND 好的 OR") == []
+
+
+def test_a_term_is_quoted_as_one_string() -> None:
+    """Quotes inside a term are doubled, so the term is one FTS5 string."""
+    assert recall.quote('say "hi') == '"say ""hi"'
+    assert recall.match_query(["ab c", "好的"]) == '"ab c" OR "好的"'
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_no_text_breaks_a_match_query(text: str) -> None:
+    """A MATCH built from any text, or a quoted hostile string itself, runs without error."""
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE VIRTUAL TABLE t USING fts5(text, tokenize='trigram')")
+    conn.execute("INSERT INTO t VALUES (?)", (f"x {text} y",))
+    for query in (recall.match_query(recall.terms_of(text) or ["none"]), recall.quote(text)):
+        conn.execute("SELECT count(*) FROM t WHERE t MATCH ?", (query,)).fetchone()
+
+
+def test_weak_matches_are_gated() -> None:
+    """One short term is not enough; two terms or one long latin word are."""
+    assert not recall.strong(["钢琴比"])
+    assert not recall.strong(["piano"])
+    assert recall.strong(["钢琴比", "琴比赛"])
+    assert recall.strong(["recital"])
+
+
+def test_a_term_only_the_window_holds_weighs_nothing() -> None:
+    """Terms with no document outside the window, or in too many, are dropped."""
+    weights = recall.weigh(
+        {"钢琴比": 1.0, "新词汇": 1.0, "常见词": 1.0}, {"钢琴比": 2, "常见词": 5000}, 10_000
+    )
+    assert list(weights) == ["钢琴比"]
+
+
+def test_recency_weighs_newer_messages_more() -> None:
+    """A term of the newest message weighs 1.0, one a message older 0.85."""
+    window = [msg("钢琴比赛"), msg("piano")]
+    assert recall.recency(window) == {"piano": 1.0, "钢琴比": 0.85, "琴比赛": 0.85}
+
+
+def test_a_bad_memory_is_refused_by_the_model() -> None:
+    """An unknown kind never reaches a store."""
+    with pytest.raises(ValueError, match="kind"):
+        Memory(owner_id="ana", kind="wish", text="x", created_at=T0, source="cli")  # type: ignore[arg-type]
+
+
+async def test_a_taken_memory_id_is_a_store_error(stores: Stores) -> None:
+    """Adding a memory under an id already taken fails with a StoreError."""
+    first = await stores.memories.add(note("a"))
+    with pytest.raises(StoreError, match="could not store memory"):
+        await stores.memories.add(note("b").model_copy(update={"id": first.id}))
