@@ -202,6 +202,7 @@ def build_app(
         delivery=dispatcher,
         recorder=recorder,
         clock=clock,
+        memories=memories,
         model_missing_hint=MODEL_MISSING_HINT,
     )
     return App(

@@ -185,7 +185,13 @@ def has_tags(text: str) -> bool:
 
 
 def _strip_thinking(text: str) -> tuple[str, bool]:
-    """Drop reasoning blocks; report whether one was left open.
+    """Drop reasoning blocks; report whether one was left open."""
+    visible, _, unclosed = _split_thinking(text)
+    return visible, unclosed
+
+
+def _split_thinking(text: str) -> tuple[str, list[str], bool]:
+    """Split a reply into its visible text and its reasoning blocks.
 
     A closed block is cut out where it stands and the text on both sides is kept,
     so a reply may think between its footer and its body. Only two things swallow
@@ -193,25 +199,51 @@ def _strip_thinking(text: str) -> tuple[str, bool]:
     tag without an opening one (the server already consumed the opening tag, so
     everything before it is thinking). A removed block leaves a line break behind:
     tags never span lines, so the two sides can never join into a new tag.
+
+    Returns:
+        The visible text, the reasoning blocks' texts in order, and whether a
+        block was left open.
     """
     kept: list[str] = []
+    thinking: list[str] = []
     pos = 0
     while True:
         opening = _THINK_OPEN.search(text, pos)
         closing = _THINK_CLOSE.search(text, pos)
         if closing is not None and (opening is None or closing.start() < opening.start()):
+            thinking.append("".join(kept) + text[pos : closing.start()])
             kept = []
             pos = closing.end()
         elif opening is not None:
             kept.append(text[pos : opening.start()])
             block_end = _THINK_CLOSE.search(text, opening.end())
             if block_end is None:
-                return "".join(kept), True
+                thinking.append(text[opening.end() :])
+                return "".join(kept), thinking, True
+            thinking.append(text[opening.end() : block_end.start()])
             kept.append("\n")
             pos = block_end.end()
         else:
             kept.append(text[pos:])
-            return "".join(kept), False
+            return "".join(kept), thinking, False
+
+
+def private_thought(text: str, *, max_chars: int) -> str:
+    """The model's private thought in a reply: its reasoning and what precedes the footer.
+
+    Reasoning blocks come first, then the visible text before the footer (all
+    of it when there is no footer). The footer and the body are never part of
+    it, nor are footer tags anywhere in it. Whitespace runs are folded; past
+    `max_chars` the beginning is cut, since a thought ends with what it concluded.
+    """
+    visible, thinking, _ = _split_thinking(text.replace("\r\n", "\n").replace("\r", "\n"))
+    lines = _FENCE_LINE.sub("", visible).split("\n")
+    start = _footer_start(lines)
+    before = lines if start is None else lines[:start]
+    thought = " ".join(without_tags(" ".join([*thinking, *before])).split())
+    if max_chars <= 0:
+        return ""
+    return thought if len(thought) <= max_chars else "…" + thought[len(thought) - max_chars + 1 :]
 
 
 def _says_nothing(text: str) -> bool:
@@ -244,6 +276,21 @@ def _leading_tags(line: str) -> tuple[list[_Tag], str] | None:
 def _skip(pattern: re.Pattern[str], line: str, pos: int) -> int:
     match = pattern.match(line, pos)
     return pos if match is None else match.end()
+
+
+def _footer_start(lines: list[str]) -> int | None:
+    """The index of the footer's first line: the start of the last run of tag lines."""
+    last = next((i for i in reversed(range(len(lines))) if _leading_tags(lines[i])), None)
+    if last is None:
+        return None
+    start = last
+    for index in range(last - 1, -1, -1):
+        if not lines[index].strip():
+            continue
+        if _leading_tags(lines[index]) is None:
+            break
+        start = index
+    return start
 
 
 def _find_footer(lines: list[str]) -> tuple[list[_Tag], str] | None:

@@ -8,7 +8,7 @@ gets its ports through constructors, so tests pass fakes from
 from __future__ import annotations
 
 import builtins
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -144,13 +144,15 @@ class MemoryStore(Protocol):
         limit: int,
         max_chars: int,
         before_message_id: int | None = None,
+        exclude: Collection[int] = (),
     ) -> builtins.list[Recalled]:
         """Return at most `limit` memories and older main-session messages the window recalls.
 
         Best first, their texts within `max_chars` together. Messages at or
         after `before_message_id` (default: the window's first) are never
         recalled, and the window does not count in the terms' statistics.
-        Weak matches recall nothing.
+        Memories whose ids are in `exclude` (the journal shows them already)
+        are not recalled either. Weak matches recall nothing.
         """
         ...
 

@@ -1,8 +1,8 @@
-"""The round's instruction prompt: an editable template, then the trigger, time and state.
+"""The round's instruction prompt: an editable template, then trigger, time, memory and state.
 
-Stable text comes first and the per-round text (trigger, local time, owner
-state) comes last, so two consecutive heartbeats share a long byte-identical
-prefix and providers' prompt caches can hit.
+Stable text comes first and the per-round text (trigger, local time, the
+memory block, owner state) comes last, so two consecutive heartbeats share a
+long byte-identical prefix and providers' prompt caches can hit.
 """
 
 from __future__ import annotations
@@ -117,6 +117,7 @@ def render_prompt(
     channels: Sequence[str],
     persona_name: str,
     owner_name: str,
+    memory: str = "",
 ) -> str:
     """Render the instruction prompt of one round.
 
@@ -129,6 +130,7 @@ def render_prompt(
         channels: the configured channel names the model may name.
         persona_name: display name of the persona.
         owner_name: display name of the owner.
+        memory: the rendered memory block (journal and recalled items), or "".
     """
     labels = _LABELS[book.language]
     template = book.startup if is_startup(trigger) else book.guidance
@@ -144,6 +146,8 @@ def render_prompt(
             local.strftime("%Y-%m-%d %H:%M"), _WEEKDAYS[book.language][local.weekday()], tz.key
         ),
     ]
+    if memory:
+        tail.append(memory)
     if state is not None:
         tail.append(render_state_block(state, at=at, tz=tz, language=book.language))
     return body + "\n\n" + "\n".join(tail)

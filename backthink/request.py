@@ -16,6 +16,7 @@ from datetime import datetime
 from backthink.budget import cut_text, fit_history
 from backthink.config import Settings
 from backthink.context import conversation
+from backthink.journal import MemoryBlock, render_memory_block
 from backthink.models import Message, ModelMessage, StateReading, Trigger
 from backthink.ports import StateProvider
 from backthink.prompts import PromptBook, render_prompt
@@ -32,6 +33,8 @@ class Request:
     notes: list[str] = field(default_factory=list)
 
     trigger: str = ""
+    memory: MemoryBlock = field(default_factory=MemoryBlock)
+    """The thoughts and recalled items the instruction prompt shows."""
 
     @property
     def prompt(self) -> str:
@@ -41,11 +44,13 @@ class Request:
     def untrusted(self) -> list[str]:
         """Every outside text the request carries, for the echo guard.
 
-        The owner's messages, a poke's trigger text and the state file's
-        strings: a reply whose body or footer is taken from any of them is an
-        echo, never the companion's own decision.
+        The owner's messages, a poke's trigger text, the state file's strings
+        and the memory block's texts (a memory may be anyone's words, a thought
+        is private): a reply whose body or footer is taken from any of them is
+        an echo, never the companion's own decision.
         """
         texts = [m.text for m in self.recent if m.role != "assistant"]
+        texts.extend(self.memory.texts())
         if Trigger.of(self.trigger) is Trigger.POKE:
             texts.append(self.trigger)
         state = self.state.state
@@ -77,8 +82,20 @@ class RequestBuilder:
         )
         self._state = state
 
-    def build(self, recent: Sequence[Message], trigger: str, at: datetime) -> Request:
-        """Take the state snapshot once and assemble the request around `recent`."""
+    def build(
+        self,
+        recent: Sequence[Message],
+        trigger: str,
+        at: datetime,
+        *,
+        memory: MemoryBlock | None = None,
+    ) -> Request:
+        """Take the state snapshot once and assemble the request around `recent`.
+
+        `memory` (the journal and the recalled items) goes into the instruction
+        prompt after its template, next to the state block.
+        """
+        memory = memory if memory is not None else MemoryBlock()
         reading = self._state.read(at)
         notes = [] if reading.problem is None or reading.problem.expected else [reading.note or ""]
         s = self._settings
@@ -91,7 +108,15 @@ class RequestBuilder:
             channels=list(s.channels),
             persona_name=s.persona.name or s.persona.id,
             owner_name=s.owner.name or ("主人" if s.prompt.language == "zh" else "your owner"),
+            memory=render_memory_block(
+                memory,
+                tz=s.owner.tz,
+                language=s.prompt.language,
+                max_chars=s.memory.max_chars,
+                recall=s.memory.recall,
+            ),
         )
+        notes.extend(memory.notes)
         if self._persona_note is not None:
             notes.append(self._persona_note)
         fixed = len(self._persona_prompt) + len(prompt)
@@ -121,5 +146,10 @@ class RequestBuilder:
         messages.extend(history.messages)
         messages.append(ModelMessage(role="user", text=prompt))
         return Request(
-            messages=messages, state=reading, recent=history.kept, notes=notes, trigger=trigger
+            messages=messages,
+            state=reading,
+            recent=history.kept,
+            notes=notes,
+            trigger=trigger,
+            memory=memory,
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -20,9 +21,19 @@ from backthink.config import Settings
 from backthink.delivery import Dispatcher, Handoff
 from backthink.echo import reject_echo, reject_prompt_echo
 from backthink.errors import ModelError, StoreError
-from backthink.footer import parse_footer, suppression_reason
-from backthink.models import Outcome, Reason, RoundRecord, SessionView
-from backthink.ports import Clock, MessageStore, ModelClient
+from backthink.footer import parse_footer, private_thought, suppression_reason
+from backthink.journal import MemoryBlock, journal_share
+from backthink.models import (
+    Memory,
+    MemoryKind,
+    Message,
+    ModelReply,
+    Outcome,
+    Reason,
+    RoundRecord,
+    SessionView,
+)
+from backthink.ports import Clock, MemoryStore, MessageStore, ModelClient
 from backthink.record import (
     INTERRUPTED_NOTE,
     Ending,
@@ -57,10 +68,12 @@ class Thinker:
         delivery: Dispatcher,
         recorder: Recorder,
         clock: Clock,
+        memories: MemoryStore | None = None,
         model_missing_hint: str = "no model endpoint configured",
     ) -> None:
         self._settings = settings
         self._messages = messages
+        self._memories = memories if settings.memory.enabled else None
         self._requests = requests
         self._model = model
         self._delivery = delivery
@@ -81,7 +94,8 @@ class Thinker:
         """
         at = self._clock.now()
         view = await self._messages.session_view(owner_id, self._settings.prompt.recent_messages)
-        return self._requests.build(view.recent, trigger, at)
+        memory = await self._recollect(owner_id, view.recent)
+        return self._requests.build(view.recent, trigger, at, memory=memory)
 
     async def run_round(self, owner_id: str, trigger: str) -> RoundRecord:
         """Run one round now and return its record; never raises except on cancellation."""
@@ -134,7 +148,8 @@ class Thinker:
         if skip is not None:
             return Ending(skip.outcome, skip.reason)
 
-        request = self._requests.build(view.recent, start.trigger, start.started)
+        memory = await self._recollect(start.owner_id, view.recent)
+        request = self._requests.build(view.recent, start.trigger, start.started, memory=memory)
         notes = progress.notes
         notes.extend(request.notes)
         if self._model is None:
@@ -147,6 +162,7 @@ class Thinker:
             return Ending(Outcome.FAILED, exc.reason, notes=[*notes, str(exc)])
         progress.reply = reply
         notes.extend(reply.notes)
+        await self._keep_thought(start, reply, notes)
 
         decision = parse_footer(reply.text, max_body_chars=g.max_body_chars)
         decision = reject_echo(decision, request.untrusted())
@@ -200,6 +216,58 @@ class Thinker:
             failure = [*notes, sent.error] if sent.error else notes
             return Ending(Outcome.FAILED, Reason.DELIVERY_FAILED, decision, reply, channel, failure)
         return Ending(Outcome.DELIVERED, channel, decision, reply, channel, notes)
+
+    async def _recollect(self, owner_id: str, window: Sequence[Message]) -> MemoryBlock:
+        """The latest thoughts and what the window recalls, within `memory.max_chars`.
+
+        Memory helps a round but is not needed for one: when it cannot be read
+        the round goes on without it, with a note saying so.
+        """
+        m = self._settings.memory
+        if self._memories is None or m.max_chars <= 0 or (m.journal <= 0 and m.recall <= 0):
+            return MemoryBlock()
+        try:
+            thoughts = await self._memories.latest_thoughts(owner_id, m.journal)
+            shown = sum(len(t.text) for t in thoughts)
+            left = m.max_chars - min(shown, journal_share(m.max_chars, recall=m.recall))
+            recalled = (
+                await self._memories.recall(
+                    owner_id,
+                    window,
+                    limit=m.recall,
+                    max_chars=left,
+                    exclude=[t.id for t in thoughts if t.id is not None],
+                )
+                if m.recall > 0 and left > 0
+                else []
+            )
+        except StoreError as exc:
+            log.warning("round.memory_unavailable", error=str(exc))
+            return MemoryBlock(notes=[f"memory_unavailable: {exc}"])
+        return MemoryBlock(thoughts=list(reversed(thoughts)), recalled=recalled)
+
+    async def _keep_thought(self, start: RoundStart, reply: ModelReply, notes: list[str]) -> None:
+        """Keep the reply's private thought as a memory of kind thought, linked to the round."""
+        m = self._settings.memory
+        if self._memories is None:
+            return
+        text = private_thought(reply.text, max_chars=m.thought_chars)
+        if not text:
+            return
+        try:
+            await self._memories.add(
+                Memory(
+                    owner_id=start.owner_id,
+                    kind=MemoryKind.THOUGHT,
+                    text=text,
+                    created_at=start.started,
+                    source=f"round:{start.id}",
+                    round_id=start.id,
+                )
+            )
+        except StoreError as exc:
+            log.warning("round.thought_not_kept", error=str(exc))
+            notes.append(f"thought_not_kept: {exc}")
 
     async def _history(self, owner_id: str, at: datetime) -> _History:
         # Read fresh after the model call, so a message the owner sent while it was

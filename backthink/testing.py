@@ -25,7 +25,7 @@ from backthink.models import (
     RoundState,
     StateReading,
 )
-from backthink.ports import Channel, MessageStore, ModelClient
+from backthink.ports import Channel, MemoryStore, MessageStore, ModelClient
 from backthink.round import Thinker
 from backthink.store.memory import MemoryMessageStore, MemoryOutbox, MemoryRoundStore
 
@@ -184,6 +184,7 @@ class Rig:
     channels: dict[str, Channel]
     dispatcher: Dispatcher
     clock: FakeClock
+    memories: MemoryStore
     state: StaticState = field(default_factory=StaticState)
 
 
@@ -197,6 +198,7 @@ def make_rig(
     messages: MemoryMessageStore | None = None,
     prompts_dir: Path | None = None,
     persona_prompt: str = "",
+    memories: MemoryStore | None = None,
 ) -> Rig:
     """Build the app on in-memory stores; channels default to one connected sender `web`."""
     clock = clock or FakeClock()
@@ -219,8 +221,19 @@ def make_rig(
         prompts_dir=prompts_dir,
         persona_prompt=persona_prompt,
         sleep=no_sleep,
+        memories=memories,
     )
-    return Rig(app.thinker, messages, rounds, outbox, senders, app.dispatcher, clock, state)
+    return Rig(
+        app.thinker,
+        messages,
+        rounds,
+        outbox,
+        senders,
+        app.dispatcher,
+        clock,
+        app.memories,
+        state,
+    )
 
 
 async def seed_history(

@@ -1,0 +1,150 @@
+"""The memory block of a request: the companion's recent thoughts and what the window recalls.
+
+Both parts are untrusted text (a thought was written by a model that read
+outside text; a memory or an old message may be anyone's words), so each
+item is one folded line, without footer tags or attribution markers, cut to
+its share of `memory.max_chars`. The block sits in the instruction prompt
+after its template, so the cache-stable prefix of the request stays the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from zoneinfo import ZoneInfo
+
+from backthink.attribution import ROLE_CONTEXT_MARKER, SPEAKER_SWITCH_MARKER, Language
+from backthink.context import TIME_MARKER
+from backthink.footer import without_tags
+from backthink.models import Memory, MemoryKind, Recalled
+
+MIN_THOUGHT_CHARS = 60
+"""A journal line keeps at least this many characters of its thought, however tight the budget."""
+
+# Markers of the request's own structure; memory text must not forge them.
+_MARKERS = tuple(
+    marker.strip() for marker in (ROLE_CONTEXT_MARKER, SPEAKER_SWITCH_MARKER, *TIME_MARKER.values())
+)
+
+_LABELS: dict[Language, dict[str, str]] = {
+    "zh": {
+        "journal": "[你之前的想法]",
+        "recalled": "[想起的旧事]",
+        "thought": "- {when} {text}",
+        "item": "- {when} {who}：{text}",
+        "user": "主人说",
+        "assistant": "你说",
+        "proactive": "你主动发过",
+        "system": "系统消息",
+        "note": "笔记",
+        "profile": "关于主人",
+        "old_thought": "你的旧想法",
+    },
+    "en": {
+        "journal": "[Your earlier thoughts]",
+        "recalled": "[Recalled]",
+        "thought": "- {when} {text}",
+        "item": "- {when} {who}: {text}",
+        "user": "the owner said",
+        "assistant": "you said",
+        "proactive": "you wrote unprompted",
+        "system": "system message",
+        "note": "note",
+        "profile": "about the owner",
+        "old_thought": "your earlier thought",
+    },
+}
+
+
+@dataclass(frozen=True)
+class MemoryBlock:
+    """What a round remembers: its latest thoughts (oldest first) and the recalled items."""
+
+    thoughts: Sequence[Memory] = ()
+    recalled: Sequence[Recalled] = ()
+    notes: list[str] = field(default_factory=list)
+
+    def texts(self) -> list[str]:
+        """Every text the block shows, for the echo guard."""
+        return [m.text for m in self.thoughts] + [r.text for r in self.recalled]
+
+    def __bool__(self) -> bool:
+        return bool(self.thoughts or self.recalled)
+
+
+def journal_share(max_chars: int, *, recall: int) -> int:
+    """The characters the journal may take: half the budget, or all of it without recall."""
+    return max_chars if recall <= 0 else max_chars // 2
+
+
+def inert(text: str, limit: int) -> str:
+    """One line of at most `limit` characters that no parser of the request reads as markup.
+
+    Footer tags go, attribution and time markers lose their brackets, and
+    whitespace runs fold, so an item can neither open lines of its own nor
+    pass for the request's structure.
+    """
+    if limit <= 0:
+        return ""
+    while True:  # a removed tag may leave brackets that close around a new one
+        stripped = without_tags(text)
+        if stripped == text:
+            break
+        text = stripped
+    for marker in _MARKERS:
+        text = text.replace(marker, marker[1:-1])
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def render_memory_block(
+    block: MemoryBlock, *, tz: ZoneInfo, language: Language, max_chars: int, recall: int
+) -> str:
+    """Render the journal and the recalled items; "" when there is nothing to show.
+
+    The journal lines take at most `journal_share` of `max_chars`, each
+    thought an equal part of it; the recalled texts were already bounded by
+    the recall itself and are cut again here to the budget left.
+    """
+    labels = _LABELS[language]
+    lines: list[str] = []
+    used = 0
+    if block.thoughts:
+        share = journal_share(max_chars, recall=recall)
+        each = max(share // len(block.thoughts), MIN_THOUGHT_CHARS)
+        kept: list[str] = []
+        for thought in reversed(block.thoughts):  # newest first while the budget lasts
+            text = inert(thought.text, each)
+            if not text or used + len(text) > share:
+                continue
+            used += len(text)
+            when = thought.created_at.astimezone(tz).strftime("%m-%d %H:%M")
+            kept.append(labels["thought"].format(when=when, text=text))
+        if kept:
+            lines.append(labels["journal"])
+            lines.extend(reversed(kept))
+    items: list[str] = []
+    for item in block.recalled:
+        text = inert(item.text, max_chars - used)
+        if not text:
+            continue
+        used += len(text)
+        when = item.created_at.astimezone(tz).strftime("%Y-%m-%d")
+        items.append(labels["item"].format(when=when, who=labels[_who(item)], text=text))
+    if items:
+        lines.append(labels["recalled"])
+        lines.extend(items)
+    return "\n".join(lines)
+
+
+def _who(item: Recalled) -> str:
+    if item.kind == "memory":
+        return {
+            MemoryKind.NOTE: "note",
+            MemoryKind.PROFILE: "profile",
+            MemoryKind.THOUGHT: "old_thought",
+        }.get(item.memory_kind or MemoryKind.NOTE, "note")
+    role = (item.role or "user").strip().lower()
+    if role == "assistant":
+        return "proactive" if item.origin == "proactive" else "assistant"
+    return "system" if role == "system" else "user"
