@@ -4,7 +4,8 @@ Both parts are untrusted text (a thought was written by a model that read
 outside text; a memory or an old message may be anyone's words), so each
 item is one folded line, without footer tags or attribution markers, cut to
 its share of `memory.max_chars`. The block sits in the instruction prompt
-after its template, so the cache-stable prefix of the request stays the same.
+after its template and before the per-round lines (trigger, time, state), so
+the cache-stable prefix of the request ends no earlier than it must.
 """
 
 from __future__ import annotations
@@ -72,17 +73,27 @@ class MemoryBlock:
         return bool(self.thoughts or self.recalled)
 
 
+JOURNAL_SHARE = 3
+"""The journal takes a third of `memory.max_chars` (all of it without recall), recall the rest.
+
+The journal changes whenever a round keeps a thought, so it is the part of
+the request a prompt cache misses most; a small share keeps the cache-stable
+prefix long.
+"""
+
+
 def journal_share(max_chars: int, *, recall: int) -> int:
-    """The characters the journal may take: half the budget, or all of it without recall."""
-    return max_chars if recall <= 0 else max_chars // 2
+    """The characters the journal may take of `max_chars`."""
+    return max_chars if recall <= 0 else max_chars // JOURNAL_SHARE
 
 
-def inert(text: str, limit: int) -> str:
+def inert(text: str, limit: int, *, keep_end: bool = False) -> str:
     """One line of at most `limit` characters that no parser of the request reads as markup.
 
     Footer tags go, attribution and time markers lose their brackets, and
     whitespace runs fold, so an item can neither open lines of its own nor
-    pass for the request's structure.
+    pass for the request's structure. A cut keeps the beginning, or with
+    `keep_end` the end (a thought ends with what it concluded).
     """
     if limit <= 0:
         return ""
@@ -94,35 +105,36 @@ def inert(text: str, limit: int) -> str:
     for marker in _MARKERS:
         text = text.replace(marker, marker[1:-1])
     text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    if len(text) <= limit:
+        return text
+    return "…" + text[len(text) - limit + 1 :] if keep_end else text[: limit - 1] + "…"
 
 
 def render_memory_block(
     block: MemoryBlock, *, tz: ZoneInfo, language: Language, max_chars: int, recall: int
 ) -> str:
-    """Render the journal and the recalled items; "" when there is nothing to show.
+    """Render the recalled items, then the journal; "" when there is nothing to show.
 
-    The journal lines take at most `journal_share` of `max_chars`, each
-    thought an equal part of it; the recalled texts were already bounded by
-    the recall itself and are cut again here to the budget left.
+    Recall comes first: it changes only when the window moves, the journal
+    whenever a round keeps a thought. The journal lines take at most
+    `journal_share` of `max_chars`, each thought an equal part of it; the
+    recalled texts were already bounded by the recall and are cut again here
+    to the budget left.
     """
     labels = _LABELS[language]
-    lines: list[str] = []
+    share = journal_share(max_chars, recall=recall) if block.thoughts else 0
+    journal: list[str] = []
     used = 0
     if block.thoughts:
-        share = journal_share(max_chars, recall=recall)
         each = max(share // len(block.thoughts), MIN_THOUGHT_CHARS)
-        kept: list[str] = []
         for thought in reversed(block.thoughts):  # newest first while the budget lasts
-            text = inert(thought.text, each)
+            text = inert(thought.text, each, keep_end=True)
             if not text or used + len(text) > share:
                 continue
             used += len(text)
             when = thought.created_at.astimezone(tz).strftime("%m-%d %H:%M")
-            kept.append(labels["thought"].format(when=when, text=text))
-        if kept:
-            lines.append(labels["journal"])
-            lines.extend(reversed(kept))
+            journal.append(labels["thought"].format(when=when, text=text))
+        journal.reverse()
     items: list[str] = []
     for item in block.recalled:
         text = inert(item.text, max_chars - used)
@@ -131,9 +143,11 @@ def render_memory_block(
         used += len(text)
         when = item.created_at.astimezone(tz).strftime("%Y-%m-%d")
         items.append(labels["item"].format(when=when, who=labels[_who(item)], text=text))
+    lines: list[str] = []
     if items:
-        lines.append(labels["recalled"])
-        lines.extend(items)
+        lines += [labels["recalled"], *items]
+    if journal:
+        lines += [labels["journal"], *journal]
     return "\n".join(lines)
 
 

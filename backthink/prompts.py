@@ -1,7 +1,9 @@
-"""The round's instruction prompt: an editable template, then trigger, time, memory and state.
+"""The round's instruction prompt: an editable template, the memory block, then trigger, time
+and state.
 
-Stable text comes first and the per-round text (trigger, local time, the
-memory block, owner state) comes last, so two consecutive heartbeats share a
+Stable text comes first and the per-round text comes last: the memory block
+changes only when a new thought was kept or the window moved, the trigger,
+local time and owner state every round. Two consecutive heartbeats so share a
 long byte-identical prefix and providers' prompt caches can hit.
 """
 
@@ -130,7 +132,8 @@ def render_prompt(
         channels: the configured channel names the model may name.
         persona_name: display name of the persona.
         owner_name: display name of the owner.
-        memory: the rendered memory block (journal and recalled items), or "".
+        memory: the rendered memory block (recalled items and journal), or "";
+            it goes between the template and the trigger line.
     """
     labels = _LABELS[book.language]
     template = book.startup if is_startup(trigger) else book.guidance
@@ -146,11 +149,10 @@ def render_prompt(
             local.strftime("%Y-%m-%d %H:%M"), _WEEKDAYS[book.language][local.weekday()], tz.key
         ),
     ]
-    if memory:
-        tail.append(memory)
     if state is not None:
         tail.append(render_state_block(state, at=at, tz=tz, language=book.language))
-    return body + "\n\n" + "\n".join(tail)
+    head = f"{body}\n\n{memory}" if memory else body
+    return head + "\n\n" + "\n".join(tail)
 
 
 def describe_trigger(trigger: str, language: Language) -> str:

@@ -96,6 +96,7 @@ MEMORIES = (
     ("note", "主人想买一台轻便的微单相机，预算五千左右。"),
 )
 FILLER = 300  # older messages between the planted facts
+THINKING = "主人已经说了晚安，明早组会前再轻轻提醒一句大纲就好，现在不打扰。"
 THOUGHT = (
     "今晚主人跑完了实验，心情不错，但还惦记着那两组奇怪的数据和明早的组会。"
     "我已经提醒过早点睡，现在再说就太啰嗦了。等明早组会前再看看要不要轻轻提一句大纲的事，"
@@ -295,7 +296,10 @@ def _measure(*, memory: bool) -> list[Figure]:
 
     work = fresh_dir(BENCH_VAR / ("prompt-memory" if memory else "prompt"))
     bodies: list[bytes] = []
-    fake = FakeOpenAI(default_reply=NO_PUSH)
+    # With memory, each heartbeat keeps a thought, so the second one's journal has
+    # changed: the prefix share is measured where a prompt cache misses most.
+    reply = f"{THINKING}\n{NO_PUSH}" if memory else NO_PUSH
+    fake = FakeOpenAI(default_reply=reply)
     fake.app.add_middleware(BodyTap, bodies=bodies)
     with fake:
         estimates = asyncio.run(_two_heartbeats(fake.base_url, work, memory=memory))
@@ -304,7 +308,7 @@ def _measure(*, memory: bool) -> list[Figure]:
     share = shared / len(second) * 100
     messages = json.loads(second)["messages"]
     chars = sum(len(_text_of(m)) for m in messages)
-    where = "with a full memory block" if memory else "no memory yet"
+    where = "full memory block, new thought" if memory else "no memory yet"
     figures = [
         Figure(GROUP, f"messages in the request, {where}", str(len(messages)), "", None),
         Figure(GROUP, f"characters in the messages, {where}", f"{chars:,}", "", None),

@@ -103,7 +103,7 @@ def test_inert_text_never_grows_past_its_limit(text: str, limit: int) -> None:
     assert "\n" not in line and not has_tags(line)
 
 
-def test_the_block_shows_thoughts_oldest_first_with_local_times() -> None:
+def test_the_block_shows_recall_then_thoughts_oldest_first_with_local_times() -> None:
     block = MemoryBlock(
         thoughts=[thought("早上安静", T0, 1), thought("她在忙", T0 + timedelta(hours=3), 2)],
         recalled=[
@@ -120,11 +120,11 @@ def test_the_block_shows_thoughts_oldest_first_with_local_times() -> None:
     )
     text = render_memory_block(block, tz=SHANGHAI, language="zh", max_chars=1200, recall=5)
     assert text.splitlines() == [
+        "[想起的旧事]",
+        "- 2026-11-21 主人说：下周三我有钢琴比赛",
         "[你之前的想法]",
         "- 11-30 10:00 早上安静",
         "- 11-30 13:00 她在忙",
-        "[想起的旧事]",
-        "- 2026-11-21 主人说：下周三我有钢琴比赛",
     ]
 
 
@@ -159,8 +159,9 @@ async def test_a_round_keeps_its_thought_and_the_next_round_sees_it() -> None:
     rig.clock.advance(timedelta(minutes=30))
     await rig.thinker.run_round("o", "heartbeat")
     prompt = model.calls[1][-1].text
-    assert "[你之前的想法]\n- 11-30 10:00 主人今天要交论文，先别打扰，晚点问问进展。" in prompt
-    # The journal comes after the template and before nothing the owner wrote.
+    line = "[你之前的想法]\n- 11-30 10:00 主人今天要交论文，先别打扰，晚点问问进展。\n\n触发："
+    assert line in prompt  # after the template, before the per-round lines
+    # Only in the instruction prompt: never in the history, never as the owner's words.
     assert all(kept.text not in m.text for m in model.calls[1][:-1])
 
 
