@@ -81,9 +81,8 @@ async def test_days_of_memory(tmp_path: Path, fake: FakeOpenAI) -> None:
 
         # The evening before the contest the owner talks about it again.
         at = datetime(2026, 11, 25, 13, 0, tzinfo=UTC)  # 21:00 in Shanghai
-        await app.messages.add(
-            Message(owner_id="o", role="user", text="明天的钢琴比赛好紧张，手都在抖。", created_at=at)
-        )
+        again = "明天的钢琴比赛好紧张，手都在抖。"
+        await app.messages.add(Message(owner_id="o", role="user", text=again, created_at=at))
         clock.set(at + timedelta(minutes=30))
         fake.script(f"{THOUGHT}\n[我决定:no_push]")
         evening = await app.thinker.run_round("o", "heartbeat")
