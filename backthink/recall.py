@@ -10,22 +10,30 @@ keeps only strong, new matches:
 2. A term weighs its recency (`RECENCY_DECAY` per message of age) times its
    rarity, log(N / df), counted over what lies outside the window: a term
    only the window holds has df 0 and is dropped, as is one so common
-   (df > `DF_CAP`) that it matches everything. The best `TERMS` are kept.
-3. Candidates are scored by the summed weights of the terms they contain,
-   and gated: a row needs two matched terms, or one latin word of
-   `LONG_WORD_CHARS` or more. Otherwise top-k would always return
-   something, however unrelated.
+   (df > `DF_CAP`) that it matches everything (`weigh`). Each index is
+   queried with the best `TERMS` of the terms it holds (`best`), for the
+   `CANDIDATES` best rows by bm25.
+3. Candidates are scored by the summed weights of the queried terms their
+   current text contains, and gated: a row needs two matched terms, or one
+   latin word of `LONG_WORD_CHARS` or more. Otherwise top-k would always
+   return something, however unrelated. The re-check against the text also
+   drops a row whose index entries are stale (edited since it was indexed).
 4. What repeats the window, or an item already kept, is dropped (trigram
    Jaccard similarity); the rest fills `max_chars`, best first.
+
+Terms and shingles of a text are memoised: a round's window repeats most of
+the previous round's messages.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Literal
 
 from backthink.models import MemoryKind, Message, Origin, Recalled
@@ -48,6 +56,8 @@ SIMILAR = 0.5
 """Trigram Jaccard similarity at which two texts count as the same thing said twice."""
 ITEM_CHARS = 300
 """One recalled text is cut past this many characters."""
+MEMO_TEXTS = 4096
+"""Texts whose terms and shingles are memoised (a few rounds' windows, many times over)."""
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _CJK_RUN = re.compile(f"[{_CJK}]+")
@@ -60,6 +70,11 @@ def terms_of(text: str) -> list[str]:
     CJK runs give their 3-grams; other runs of letters and digits of at least
     `MIN_WORD_CHARS` give themselves, lowercased (the index folds case).
     """
+    return list(_terms(text))
+
+
+@lru_cache(maxsize=MEMO_TEXTS)
+def _terms(text: str) -> tuple[str, ...]:
     found: dict[str, None] = {}
     for run in _CJK_RUN.findall(text):
         for i in range(len(run) - 2):
@@ -67,7 +82,7 @@ def terms_of(text: str) -> list[str]:
     for word in _WORD.findall(text):
         if len(word) >= MIN_WORD_CHARS:
             found[word.lower()] = None
-    return list(found)
+    return tuple(found)
 
 
 def is_word(term: str) -> bool:
@@ -96,9 +111,22 @@ def recency(window: Sequence[Message]) -> dict[str, float]:
     newest = list(window)[-WINDOW_MESSAGES:]
     for age, message in enumerate(reversed(newest)):
         factor = RECENCY_DECAY**age
-        for term in terms_of(message.text):
-            weights[term] = max(weights.get(term, 0.0), factor)
+        for term in _terms(message.text):
+            if term not in weights:  # newest first: the first weight seen is the highest
+                weights[term] = factor
     return weights
+
+
+def inside(texts: Iterable[str], terms: Collection[str]) -> Counter[str]:
+    """How many of the texts hold each term (the terms no text holds are absent)."""
+    counts: Counter[str] = Counter()
+    words = [t for t in terms if is_word(t)]
+    for text in texts:
+        counts.update(t for t in _terms(text) if t in terms and not is_word(t))
+        if words:
+            low = text.lower()
+            counts.update(w for w in words if w in low)
+    return counts
 
 
 def contains(text: str, term: str) -> bool:
@@ -107,7 +135,10 @@ def contains(text: str, term: str) -> bool:
 
 
 def weigh(recent: Mapping[str, float], df: Mapping[str, int], documents: int) -> dict[str, float]:
-    """Weights of the best `TERMS` terms: recency times log(N / df).
+    """Weights of the usable terms, best first: recency times log(N / df).
+
+    A term with no document outside the window (df 0), or in more than
+    `DF_CAP`, is left out.
 
     Args:
         recent: each window term's recency weight.
@@ -119,8 +150,13 @@ def weigh(recent: Mapping[str, float], df: Mapping[str, int], documents: int) ->
         count = df.get(term, 0)
         if 0 < count <= DF_CAP:
             weights[term] = fresh * math.log((documents + 1) / count)
-    best = sorted(weights.items(), key=lambda item: (-item[1], item[0]))[:TERMS]
-    return {term: weight for term, weight in best if weight > 0}
+    ranked = sorted(weights.items(), key=lambda item: (-item[1], item[0]))
+    return {term: weight for term, weight in ranked if weight > 0}
+
+
+def best(weights: Mapping[str, float], df: Mapping[str, int], k: int = TERMS) -> list[str]:
+    """The `k` heaviest terms (of `weigh`'s, best first) that occur in one index (df > 0)."""
+    return [term for term in weights if df.get(term, 0) > 0][:k]
 
 
 @dataclass(frozen=True)
@@ -141,6 +177,7 @@ def strong(matched: Sequence[str]) -> bool:
     return len(matched) >= 2 or any(is_word(t) and len(t) >= LONG_WORD_CHARS for t in matched)
 
 
+@lru_cache(maxsize=MEMO_TEXTS)
 def shingles(text: str) -> frozenset[str]:
     """The set of 3-character pieces of a text, lowercased and without spaces."""
     flat = "".join(text.lower().split())
@@ -178,7 +215,8 @@ def select(
         if (candidate.kind, candidate.id) in seen:
             continue
         seen.add((candidate.kind, candidate.id))
-        matched = [term for term in weights if contains(candidate.text, term)]
+        low = candidate.text.lower()
+        matched = [term for term in weights if term in low]
         if strong(matched):
             scored.append((sum(weights[t] for t in matched), candidate))
     scored.sort(key=lambda item: (-item[0], -item[1].created_at.timestamp(), -item[1].id))

@@ -19,6 +19,7 @@ from backthink.store import (
     SqlMemoryStore,
     SqlMessageStore,
     create_engine,
+    fulltext,
     migrate,
     open_store,
 )
@@ -285,29 +286,128 @@ async def test_a_bad_kind_is_refused_by_the_database(tmp_path: Path) -> None:
         )
 
 
-async def test_rows_the_chat_app_writes_are_indexed(tmp_path: Path) -> None:
-    """Inserts, updates and deletes by another program keep both indexes current."""
+async def test_rows_the_chat_app_writes_are_indexed_by_the_daemon(tmp_path: Path) -> None:
+    """Rows another program inserts are indexed at the next search or recall; no trigger exists."""
     path = tmp_path / "bt.db"
-    db, _, _ = await open_store(f"sqlite+aiosqlite:///{path}")
+    db, messages, _ = await open_store(f"sqlite+aiosqlite:///{path}")
     store = SqlMemoryStore(db)
     with sqlite3.connect(path) as raw:
+        triggers = raw.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'").fetchall()
         raw.execute(
             "INSERT INTO memory (owner_id, kind, text, created_at, source)"
             " VALUES ('ana', 'note', '喜欢茉莉花茶', '2026-03-01 12:00:00.000000', 'chat')"
         )
+        raw.execute(
+            "INSERT INTO message (owner_id, session_id, role, text, origin, created_at)"
+            " VALUES ('ana', 'main', 'user', ?, 'chat', '2026-02-01 00:00:00.000000')",
+            (EN_FACT,),
+        )
+    assert triggers == []
     assert [m.text for m in await store.search("ana", "茉莉花")] == ["喜欢茉莉花茶"]
+    shown = [await messages.add(msg("how did the piano recital go on Saturday?"))]
+    found = await store.recall("ana", shown, limit=5, max_chars=1200)
+    assert [(r.kind, r.text) for r in found] == [("message", EN_FACT)]
+    await db.dispose()
+
+
+async def test_rows_the_chat_app_edits_or_deletes_are_never_returned_stale(tmp_path: Path) -> None:
+    """An edited row is found by no word it lost; a deleted one, or a reused id, by nothing."""
+    path = tmp_path / "bt.db"
+    db, messages, _ = await open_store(f"sqlite+aiosqlite:///{path}")
+    store = SqlMemoryStore(db)
+    await store.add(note("喜欢茉莉花茶"))
+    fact = await messages.add(msg(EN_FACT, at=T0 - timedelta(days=3)))
+    await stores_history(messages, filler(5))
+    shown = [await messages.add(msg("is the piano recital still on Saturday?"))]
+    assert await store.search("ana", "茉莉花")
+    assert [r.id for r in await store.recall("ana", shown, limit=5, max_chars=1200)] == [fact.id]
     with sqlite3.connect(path) as raw:
         raw.execute("UPDATE memory SET text = '喜欢乌龙茶'")
+        raw.execute("DELETE FROM message WHERE id = ?", (fact.id,))
     assert await store.search("ana", "茉莉花") == []
-    assert [m.text for m in await store.search("ana", "乌龙茶")] == ["喜欢乌龙茶"]
+    assert await store.recall("ana", shown, limit=5, max_chars=1200) == []
+    # The newest message is deleted and its id taken again by another text.
+    newest = shown[0].id
     with sqlite3.connect(path) as raw:
-        raw.execute("DELETE FROM memory")
-        integrity = [
-            raw.execute(f"INSERT INTO {t}_fts({t}_fts) VALUES ('integrity-check')").fetchall()
-            for t in ("memory", "message")
-        ]
-    assert integrity == [[], []]
-    assert await store.search("ana", "乌龙茶") == []
+        raw.execute("DELETE FROM message WHERE id = ?", (newest,))
+        raw.execute(
+            "INSERT INTO message (id, owner_id, session_id, role, text, origin, created_at)"
+            " VALUES (?, 'ana', 'main', 'user', '今天午饭吃了拉面', 'chat',"
+            " '2026-03-02 00:00:00.000000')",
+            (newest,),
+        )
+    again = [await messages.add(msg("the piano recital on Saturday, again"))]
+    assert await store.recall("ana", again, limit=5, max_chars=1200) == []
+    await db.dispose()
+
+
+async def test_a_backlog_is_indexed_a_batch_per_recall_and_whole_by_search(
+    tmp_path: Path,
+) -> None:
+    """A recall indexes at most one batch of a long backlog; a search indexes all of it."""
+    path = tmp_path / "bt.db"
+    db, messages, _ = await open_store(f"sqlite+aiosqlite:///{path}")
+    store = SqlMemoryStore(db)
+    backlog = fulltext.CATCH_UP_ROWS * 2 + 7
+    with sqlite3.connect(path) as raw:
+        raw.executemany(
+            "INSERT INTO message (owner_id, session_id, role, text, origin, created_at)"
+            " VALUES ('ana', 'main', 'user', ?, 'chat', '2026-02-01 00:00:00.000000')",
+            [(f"{text} {i}",) for i, text in enumerate(filler(backlog))],
+        )
+
+    def indexed() -> int:
+        with sqlite3.connect(path) as raw:
+            return int(raw.execute("SELECT count(*) FROM message_fts_docsize").fetchone()[0])
+
+    shown = [await messages.add(msg("钢琴比赛准备得怎样"))]
+    await store.recall("ana", shown, limit=5, max_chars=1200)
+    assert indexed() == fulltext.CATCH_UP_ROWS
+    await store.search("ana", "钢琴比赛")
+    assert indexed() == backlog + 1
+    await db.dispose()
+
+
+async def stores_history(messages: SqlMessageStore | MemoryMessageStore, texts: list[str]) -> None:
+    """Store messages one minute apart, from T0."""
+    for i, text in enumerate(texts):
+        await messages.add(msg(text, at=T0 + timedelta(minutes=i)))
+
+
+async def test_excluded_memories_are_not_recalled(stores: Stores) -> None:
+    """A memory the journal already shows (its id excluded) is never recalled."""
+    shown_first = await stores.memories.add(note(ZH_FACT, at=T0))
+    other = await stores.memories.add(note("钢琴比赛的曲目是肖邦的夜曲", at=T0))
+    assert shown_first.id is not None and other.id is not None
+    window = await stores.history(["钢琴比赛准备得怎样"], start=T0 + timedelta(days=1))
+    both = await stores.memories.recall("ana", window, limit=5, max_chars=1200)
+    assert {r.id for r in both} == {shown_first.id, other.id}
+    found = await stores.memories.recall(
+        "ana", window, limit=5, max_chars=1200, exclude=[shown_first.id]
+    )
+    assert [r.id for r in found] == [other.id]
+
+
+async def test_the_same_round_gets_the_same_recall_until_something_changes(
+    tmp_path: Path,
+) -> None:
+    """An unchanged window recalls an equal list; a forget or a deleted row is seen at once."""
+    path = tmp_path / "bt.db"
+    db, messages, _ = await open_store(f"sqlite+aiosqlite:///{path}")
+    store = SqlMemoryStore(db)
+    memory = await store.add(note(ZH_FACT, at=T0 - timedelta(days=2)))
+    fact = await messages.add(msg("钢琴比赛那天我们去吃了火锅", at=T0 - timedelta(days=1)))
+    assert memory.id is not None
+    window = [await messages.add(msg("钢琴比赛准备得怎样"))]
+    first = await store.recall("ana", window, limit=5, max_chars=1200)
+    assert {r.id for r in first} == {memory.id, fact.id}
+    assert await store.recall("ana", window, limit=5, max_chars=1200) == first
+    with sqlite3.connect(path) as raw:
+        raw.execute("DELETE FROM message WHERE id = ?", (fact.id,))
+    assert [r.id for r in await store.recall("ana", window, limit=5, max_chars=1200)] == [memory.id]
+    other = SqlMemoryStore(db)  # another process, as `backthink memory forget` is
+    assert await other.forget("ana", memory.id)
+    assert await store.recall("ana", window, limit=5, max_chars=1200) == []
     await db.dispose()
 
 

@@ -1,14 +1,33 @@
-"""SQLite full-text indexes over `memory.text` and `message.text` (FTS5, trigram).
+"""Full-text indexes over `memory.text` and `message.text` (SQLite FTS5, trigram), kept by us.
 
 Each index is an external-content FTS5 table: it keeps only the trigram
-index, reads the text from its table by rowid, and is kept current by
-triggers. Triggers are plain SQL, so rows the chat app writes are indexed
-too, with no indexer process. The trigram tokenizer needs no word list and
-serves Chinese and English alike, for terms of three characters or more.
+index and reads the text from its table by rowid. The trigram tokenizer
+needs no word list and serves Chinese and English alike, for terms of three
+characters or more.
 
-A `*_fts_vocab` table beside each index exposes per-term document counts
-(recall weighs terms by them). On other databases none of this exists and
-recall scans with LIKE instead.
+No trigger keeps the indexes current. The chat app writes `message` (and
+may write `memory`) with whatever SQLite it has; a trigger needing the
+trigram tokenizer would make its inserts fail on a SQLite without it. The
+daemon indexes instead (`catch_up`): rows are indexed in id order, so the
+highest indexed rowid is the cursor, read from the index's own `_docsize`
+table (one row per indexed document). The cursor thus lives in the same
+transaction as the index and can never disagree with it, and no schema
+object exists beside the index's own.
+
+What the cursor cannot see:
+
+- A row the chat app edits or deletes keeps its old index entries until a
+  'rebuild' (`INSERT INTO message_fts(message_fts) VALUES ('rebuild')`).
+  Readers join the index with the table and re-check the current text, so
+  a deleted row is never returned and an edited one only for what it now
+  says.
+- SQLite may give a new row the id of a deleted newest row. If that id was
+  indexed already, the new text is not indexed (until a rebuild); its old
+  entries match nothing the new text holds, once re-checked.
+
+`forget` removes a memory's entries itself ('delete' with the old text).
+A `*_fts_vocab` table beside each index exposes per-term document counts.
+On other databases none of this exists.
 """
 
 from __future__ import annotations
@@ -18,6 +37,9 @@ from sqlalchemy.engine import Connection
 INDEXED = ("memory", "message")
 """The tables whose `text` column has a full-text index."""
 
+CATCH_UP_ROWS = 500
+"""Rows one catch-up transaction indexes at most (about 10 ms of work), so none stalls a round."""
+
 
 def _ddl(table: str) -> list[str]:
     fts = f"{table}_fts"
@@ -25,18 +47,11 @@ def _ddl(table: str) -> list[str]:
         f"CREATE VIRTUAL TABLE {fts} USING fts5("
         f"text, content='{table}', content_rowid='id', tokenize='trigram')",
         f"CREATE VIRTUAL TABLE {fts}_vocab USING fts5vocab({fts}, row)",
-        f"CREATE TRIGGER {fts}_ai AFTER INSERT ON {table} BEGIN "
-        f"INSERT INTO {fts}(rowid, text) VALUES (new.id, new.text); END",
-        f"CREATE TRIGGER {fts}_ad AFTER DELETE ON {table} BEGIN "
-        f"INSERT INTO {fts}({fts}, rowid, text) VALUES ('delete', old.id, old.text); END",
-        f"CREATE TRIGGER {fts}_au AFTER UPDATE OF text ON {table} BEGIN "
-        f"INSERT INTO {fts}({fts}, rowid, text) VALUES ('delete', old.id, old.text); "
-        f"INSERT INTO {fts}(rowid, text) VALUES (new.id, new.text); END",
     ]
 
 
 FULLTEXT_DDL: tuple[str, ...] = tuple(sql for table in INDEXED for sql in _ddl(table))
-"""The statements that create every index, its vocabulary table and its triggers."""
+"""The statements that create every index and its vocabulary table."""
 
 
 def create_fulltext(connection: Connection) -> None:
@@ -56,3 +71,76 @@ def create_fulltext(connection: Connection) -> None:
 def is_fulltext_table(name: str) -> bool:
     """Whether a table name belongs to a full-text index (the index, its shadows, its vocab)."""
     return any(name.startswith(f"{table}_fts") for table in INDEXED)
+
+
+def tops(connection: Connection) -> dict[str, tuple[int, int]]:
+    """Per indexed table: (its highest id, the highest indexed id); 0 when empty."""
+    subqueries = ", ".join(
+        f"(SELECT coalesce(max(id), 0) FROM {t}),"
+        f" (SELECT coalesce(max(id), 0) FROM {t}_fts_docsize)"
+        for t in INDEXED
+    )
+    row = connection.exec_driver_sql(f"SELECT {subqueries}").one()
+    return {t: (int(row[2 * i]), int(row[2 * i + 1])) for i, t in enumerate(INDEXED)}
+
+
+def catch_up(
+    connection: Connection, table: str, since: int | None, *, rows: int = CATCH_UP_ROWS
+) -> tuple[int, list[tuple[int, str]] | None]:
+    """Index up to `rows` rows of `table` past the cursor; run it in a write transaction.
+
+    The insert comes first, so the transaction holds the write lock before it
+    reads the cursor, and two indexers never index a row twice.
+
+    Args:
+        connection: a connection inside a write transaction.
+        table: one of `INDEXED`.
+        since: the cursor the caller's term counts stand at (None: it keeps none).
+        rows: the most rows to index.
+
+    Returns:
+        The cursor now, and the (id, text) of every row indexed since `since`
+        (by this call or by another process), oldest first; None instead of
+        the rows when there are more than `rows` of them or the cursor went
+        back (a forget, a rebuild): counts taken at `since` are then stale.
+    """
+    fts = f"{table}_fts"
+    connection.exec_driver_sql(
+        f"INSERT INTO {fts}(rowid, text) SELECT id, text FROM {table}"
+        f" WHERE id > (SELECT coalesce(max(id), 0) FROM {fts}_docsize) ORDER BY id LIMIT ?",
+        (rows,),
+    )
+    return indexed_since(connection, table, since, rows=rows)
+
+
+def indexed_since(
+    connection: Connection, table: str, since: int | None, *, rows: int = CATCH_UP_ROWS
+) -> tuple[int, list[tuple[int, str]] | None]:
+    """The cursor, and the rows indexed past `since` (None: too many, it went back, or no since)."""
+    fts = f"{table}_fts"
+    cursor = int(
+        connection.exec_driver_sql(f"SELECT coalesce(max(id), 0) FROM {fts}_docsize").scalar_one()
+    )
+    if since is None or cursor < since:
+        return cursor, None
+    if cursor == since:
+        return cursor, []
+    found = connection.exec_driver_sql(
+        f"SELECT id, text FROM {table} WHERE id > ? AND id <= ? ORDER BY id LIMIT ?",
+        (since, cursor, rows + 1),
+    ).all()
+    if len(found) > rows:
+        return cursor, None
+    return cursor, [(int(i), str(t)) for i, t in found]
+
+
+def unindex(connection: Connection, table: str, row_id: int, text: str) -> None:
+    """Remove one row's entries from its index, if it was indexed; `text` is what was indexed."""
+    fts = f"{table}_fts"
+    indexed = connection.exec_driver_sql(
+        f"SELECT 1 FROM {fts}_docsize WHERE id = ?", (row_id,)
+    ).first()
+    if indexed is not None:
+        connection.exec_driver_sql(
+            f"INSERT INTO {fts}({fts}, rowid, text) VALUES ('delete', ?, ?)", (row_id, text)
+        )

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable, Sequence
+from collections import OrderedDict
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from sqlalchemy import Integer, TextualSelect, bindparam, delete, insert, text
@@ -12,29 +15,40 @@ from sqlmodel import col, select
 
 from backthink import recall
 from backthink.models import MAIN_SESSION, Memory, MemoryKind, Message, Recalled
+from backthink.store import fulltext
 from backthink.store.columns import UTCDateTime
 from backthink.store.database import Database
 from backthink.store.failures import store_errors
 from backthink.store.tables import MemoryRow
 
-MESSAGE_DRIFT = 64
-"""Rows the message table may grow by before cached document counts are read again."""
 DF_CACHE_TERMS = 50_000
-"""Cached document counts kept at most, per index."""
+"""Cached document counts kept at most, per index, before the cache starts over."""
+COUNT_CHUNK = 16
+"""Terms counted per statement (a handful of statement shapes, each prepared once)."""
+RESULT_CACHE = 64
+"""Recall results kept, by window signature (a few per owner)."""
 
 _NEWEST_FIRST = (col(MemoryRow.created_at).desc(), col(MemoryRow.id).desc())
 
+# The index's best rows by bm25 first, then the join: the owner, session and
+# delivery filters read only those rows, not every match (up to TERMS x DF_CAP).
+# A few times more than CANDIDATES are read, so other owners' rows sharing the
+# index rarely crowd out this owner's.
 _MEMORY_HITS = (
-    "SELECT m.id, m.kind, m.text, m.created_at FROM memory_fts JOIN memory m"
-    " ON m.id = memory_fts.rowid WHERE memory_fts MATCH :q AND m.owner_id = :owner"
-    " ORDER BY memory_fts.rank LIMIT :n"
+    "SELECT m.id, m.kind, m.text, m.created_at FROM"
+    " (SELECT rowid AS id, rank FROM memory_fts WHERE memory_fts MATCH :q"
+    " ORDER BY rank LIMIT :wide) AS hit JOIN memory m ON m.id = hit.id"
+    " WHERE m.owner_id = :owner ORDER BY hit.rank LIMIT :n"
 )
 _MESSAGE_HITS = (
-    "SELECT m.id, m.text, m.created_at, m.role, m.origin FROM message_fts JOIN message m"
-    " ON m.id = message_fts.rowid WHERE message_fts MATCH :q AND message_fts.rowid < :before"
-    " AND m.owner_id = :owner AND m.session_id = :session AND m.undelivered = 0"
-    " ORDER BY message_fts.rank LIMIT :n"
+    "SELECT m.id, m.text, m.created_at, m.role, m.origin FROM"
+    " (SELECT rowid AS id, rank FROM message_fts WHERE message_fts MATCH :q"
+    " AND rowid < :before ORDER BY rank LIMIT :wide) AS hit JOIN message m ON m.id = hit.id"
+    " WHERE m.owner_id = :owner AND m.session_id = :session AND m.undelivered = 0"
+    " ORDER BY hit.rank LIMIT :n"
 )
+_WIDE = 4
+"""How many times CANDIDATES rows the index hands to the owner filter."""
 
 
 def _query(sql: str) -> TextualSelect:
@@ -51,54 +65,132 @@ def _like(word: str) -> str:
     return f"%{escaped}%"
 
 
-class _Counts:
-    """Cached per-token document counts of one index, read again once the table moved on."""
+def _count_sql(fts: str, n: int) -> str:
+    one = f"(SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} MATCH ? LIMIT ?))"
+    return "SELECT " + ", ".join([one] * n)
 
-    def __init__(self, table: str, drift: int) -> None:
+
+class _Counts:
+    """Document counts of recall terms in one index, kept current as rows are indexed.
+
+    A count is read once, with a MATCH that stops past `DF_CAP` rows (a
+    common term costs no more than a rare one), and then moved on by the rows
+    the index gains: `advance` adds each newly indexed text to the counts of
+    the cached terms it holds. The counts stand at cursor `mark`; a cursor
+    that went back, or too many new rows at once, starts the cache over.
+    """
+
+    def __init__(self, table: str) -> None:
         self.table = table
-        self.drift = drift
+        self.fts = f"{table}_fts"
         self.mark = -1
         self.df: dict[str, int] = {}
+        self._by_piece: dict[str, builtins.list[str]] = {}
 
-    def read(self, conn: Connection, tokens: Iterable[str]) -> tuple[dict[str, int], int]:
-        """Document counts of the tokens (0 when absent) and the table's highest id."""
-        top = conn.exec_driver_sql(f"SELECT coalesce(max(id), 0) FROM {self.table}").scalar_one()
-        if top - self.mark > self.drift or top < self.mark or len(self.df) > DF_CACHE_TERMS:
-            self.df.clear()
-            self.mark = top
-        missing = [t for t in set(tokens) if t not in self.df]
-        if missing:
-            found = dict.fromkeys(missing, 0)
-            marks = ", ".join(f":t{i}" for i in range(len(missing)))
-            rows = conn.execute(
-                text(f"SELECT term, doc FROM {self.table}_fts_vocab WHERE term IN ({marks})"),
-                {f"t{i}": t for i, t in enumerate(missing)},
+    def clear(self, mark: int = -1) -> None:
+        """Forget every count; they stand at `mark` from now on (-1: unknown)."""
+        self.df.clear()
+        self._by_piece.clear()
+        self.mark = mark
+
+    def sync(self, conn: Connection, cursor: int) -> None:
+        """Bring the counts to the index's cursor, reading the rows indexed since `mark`."""
+        if cursor == self.mark:
+            return
+        if self.mark < 0:
+            self.clear(cursor)
+            return
+        now, rows = fulltext.indexed_since(conn, self.table, self.mark)
+        self.advance(now, rows)
+
+    def advance(self, cursor: int, rows: Sequence[tuple[int, str]] | None) -> None:
+        """Count the rows indexed since `mark` (None: unknown, start over); stand at `cursor`."""
+        if rows is None or self.mark < 0:
+            self.clear(cursor)
+            return
+        for _, body in rows:
+            low = body.lower()
+            pieces = {low[i : i + 3] for i in range(len(low) - 2)}
+            for piece in pieces:
+                for term in self._by_piece.get(piece, ()):
+                    if len(term) == 3 or term in low:
+                        self.df[term] += 1
+        self.mark = cursor
+
+    def read(self, conn: Connection, terms: Iterable[str]) -> dict[str, int]:
+        """Document counts of the terms (0 when absent; past DF_CAP, DF_CAP + 1)."""
+        missing = [t for t in terms if t not in self.df]
+        if len(self.df) + len(missing) > DF_CACHE_TERMS:
+            self.clear(self.mark)
+            missing = list(dict.fromkeys(terms))
+        for start in range(0, len(missing), COUNT_CHUNK):
+            chunk = missing[start : start + COUNT_CHUNK]
+            params: builtins.list[Any] = []
+            for term in chunk:
+                params += [recall.quote(term), recall.DF_CAP + 1]
+            counts = conn.exec_driver_sql(_count_sql(self.fts, len(chunk)), tuple(params)).one()
+            for term, count in zip(chunk, counts, strict=True):
+                self.df[term] = int(count)
+                self._by_piece.setdefault(term[:3], []).append(term)
+        return self.df
+
+
+def _catch_up(
+    conn: Connection, *, lagging: dict[str, int | None]
+) -> tuple[
+    dict[str, tuple[int, builtins.list[tuple[int, str]] | None]], dict[str, tuple[int, int]]
+]:
+    """One catch-up batch of each lagging index (by the cursor its counts stand at); then `tops`."""
+    moved = {t: fulltext.catch_up(conn, t, since) for t, since in lagging.items()}
+    return moved, fulltext.tops(conn)
+
+
+@dataclass(frozen=True)
+class _Result:
+    """A recall result and what it was read from: its rows' ids and their texts then."""
+
+    items: tuple[Recalled, ...]
+    memories: dict[int, str]
+    messages: dict[int, str]
+
+    def still_there(self, conn: Connection) -> bool:
+        """Whether every recalled row still exists with the same text."""
+        for table, rows in (("memory", self.memories), ("message", self.messages)):
+            if not rows:
+                continue
+            marks = ", ".join("?" * len(rows))
+            now: dict[int, str] = dict(
+                conn.exec_driver_sql(
+                    f"SELECT id, text FROM {table} WHERE id IN ({marks})", tuple(rows)
+                ).all()
             )
-            found.update({str(term): int(doc) for term, doc in rows})
-            self.df.update(found)
-        return self.df, int(top)
-
-
-def _term_df(term: str, df: dict[str, int]) -> int:
-    """A term's document count: a phrase of trigrams is in no more rows than its rarest one."""
-    return min((df.get(t, 0) for t in recall.trigrams(term)), default=0)
+            if now != rows:
+                return False
+        return True
 
 
 class SqlMemoryStore:
     """The MemoryStore on SQL. Search and recall use the FTS5 indexes on SQLite.
 
-    On other databases `search` scans with LIKE and `recall` finds nothing yet.
+    The indexes are caught up (`fulltext.catch_up`) before a search or a
+    recall reads them. On other databases `search` scans with LIKE and
+    `recall` finds nothing yet.
+
+    A store keeps, in memory, the document counts recall weighs terms by and
+    its last few results by window signature: a round whose window, indexes
+    and bounds are those of an earlier one (a heartbeat with nothing new)
+    gets the same list back after one read checking its rows are still there.
     """
 
     def __init__(self, db: Database) -> None:
         """Use `db`, which must already be migrated (see `open_store`)."""
         self._db = db
         self._fulltext = db.engine.url.get_backend_name() == "sqlite"
-        self._memory_df = _Counts("memory", 0)
-        self._message_df = _Counts("message", MESSAGE_DRIFT)
+        self._counts = {table: _Counts(table) for table in fulltext.INDEXED}
+        self._results: OrderedDict[tuple[Any, ...], _Result] = OrderedDict()
 
     async def add(self, memory: Memory) -> Memory:
-        """Store one memory and return it with its id.
+        """Store one memory and return it with its id (indexed at the next search or recall).
 
         Raises:
             StoreError: the database failed, or the id is already taken.
@@ -138,49 +230,78 @@ class SqlMemoryStore:
 
         def run(conn: Connection) -> bool:
             conn.exec_driver_sql("PRAGMA secure_delete = ON")
-            gone = conn.execute(
-                delete(MemoryRow).where(
+            old = conn.execute(
+                select(MemoryRow.text).where(
                     col(MemoryRow.id) == memory_id, col(MemoryRow.owner_id) == owner_id
                 )
-            ).rowcount
-            if gone and self._fulltext:
+            ).scalar_one_or_none()
+            if old is None:
+                return False
+            conn.execute(delete(MemoryRow).where(col(MemoryRow.id) == memory_id))
+            if self._fulltext:
+                fulltext.unindex(conn, "memory", memory_id, old)
                 conn.exec_driver_sql("INSERT INTO memory_fts(memory_fts) VALUES ('optimize')")
-            return bool(gone)
+            return True
 
         with store_errors("could not forget memory"):
             found = await self._db.write(run)
-        self._memory_df.mark = -1
+        if found:
+            self._counts["memory"].clear()
+            self._results.clear()
         return found
 
     async def search(self, owner_id: str, query: str, *, limit: int = 20) -> builtins.list[Memory]:
         """Return an owner's memories that hold every word of `query`, newest first.
 
         A word is a run without spaces; matching ignores case. Words of three
-        characters or more use the index; a shorter one makes it a scan of
-        the owner's memories (the trigram index cannot find it).
+        characters or more use the index (caught up first, to the end); a
+        shorter one makes it a scan of the owner's memories (the trigram index
+        cannot find it).
         """
         words = list(dict.fromkeys(query.lower().split()))
         if not words:
             return []
+        likes = " AND ".join(f"lower(m.text) LIKE :w{i} ESCAPE '\\'" for i in range(len(words)))
+        params: dict[str, Any] = {f"w{i}": _like(w) for i, w in enumerate(words)}
         if self._fulltext and all(len(w) >= 3 for w in words):
+            await self._catch_up(everything=True)
+            # The index finds the rows; LIKE re-checks their current text, which
+            # the chat app may have edited since they were indexed.
             sql = (
                 "SELECT m.* FROM memory_fts JOIN memory m ON m.id = memory_fts.rowid"
-                " WHERE memory_fts MATCH :q AND m.owner_id = :owner"
+                f" WHERE memory_fts MATCH :q AND m.owner_id = :owner AND {likes}"
                 " ORDER BY m.created_at DESC, m.id DESC LIMIT :n"
             )
-            params: dict[str, Any] = {"q": " AND ".join(recall.quote(w) for w in words)}
+            params["q"] = " AND ".join(recall.quote(w) for w in words)
         else:
-            likes = " AND ".join(f"lower(text) LIKE :w{i} ESCAPE '\\'" for i in range(len(words)))
             sql = (
-                f"SELECT * FROM memory WHERE owner_id = :owner AND {likes}"
-                " ORDER BY created_at DESC, id DESC LIMIT :n"
+                f"SELECT m.* FROM memory m WHERE m.owner_id = :owner AND {likes}"
+                " ORDER BY m.created_at DESC, m.id DESC LIMIT :n"
             )
-            params = {f"w{i}": _like(w) for i, w in enumerate(words)}
         params.update(owner=owner_id, n=limit)
         statement = _query(sql)
         with store_errors("could not search memories"):
             rows = await self._db.read(lambda c: c.execute(statement, params).mappings().all())
             return [_memory(row) for row in rows]
+
+    async def _catch_up(self, *, everything: bool = False) -> dict[str, tuple[int, int]]:
+        """Index what the indexes lack: one batch per index, or all of it; return `tops`."""
+        with store_errors("could not index memories and messages"):
+            tops = await self._db.read(fulltext.tops)
+            while any(top > cursor for top, cursor in tops.values()):
+                lagging = {
+                    t: (self._counts[t].mark if self._counts[t].mark >= 0 else None)
+                    for t, (top, cursor) in tops.items()
+                    if top > cursor
+                }
+                moved, after = await self._db.write(partial(_catch_up, lagging=lagging))
+                for table, (cursor, rows) in moved.items():
+                    self._counts[table].advance(cursor, rows)
+                stuck = all(after[t][1] <= tops[t][1] for t in moved)
+                tops = after
+                if not everything or stuck:
+                    break
+            return tops
 
     async def recall(
         self,
@@ -190,73 +311,127 @@ class SqlMemoryStore:
         limit: int,
         max_chars: int,
         before_message_id: int | None = None,
+        exclude: Collection[int] = (),
     ) -> builtins.list[Recalled]:
         """Return the memories and older main-session messages the window brings to mind.
 
         See `backthink.recall` for how terms are chosen, weighed and gated.
         Messages at or after `before_message_id` (default: the window's first)
-        are never recalled.
+        are never recalled, nor memories whose id is in `exclude` (the journal
+        shows them already). The indexes are caught up by at most
+        `fulltext.CATCH_UP_ROWS` rows each first, so a round never waits for
+        a long backlog; the rest is indexed by the rounds after.
+
+        The same window, bounds and exclusions over unchanged indexes return
+        an equal list (the prompt stays byte-identical), from a cache.
         """
         recent = recall.recency(window)
         ids = [m.id for m in window if m.id is not None]
         before = before_message_id if before_message_id is not None else min(ids, default=None)
         if not self._fulltext or not recent or limit <= 0 or max_chars <= 0:
             return []
-        tokens = {t for term in recent for t in recall.trigrams(term)}
+        signature = (
+            owner_id,
+            tuple((m.id, m.text) for m in window),
+            before,
+            limit,
+            max_chars,
+            frozenset(exclude),
+        )
 
-        def read(conn: Connection) -> builtins.list[Recalled]:
-            memory_df, memories = self._memory_df.read(conn, tokens)
-            message_df, messages = self._message_df.read(conn, tokens)
-            df_memory = {term: _term_df(term, memory_df) for term in recent}
-            df_message = {}
-            for term in recent:
-                inside = sum(1 for m in window if recall.contains(m.text, term))
-                df_message[term] = max(_term_df(term, message_df) - inside, 0)
-            df = {term: df_memory[term] + df_message[term] for term in recent}
-            weights = recall.weigh(recent, df, memories + messages - len(window))
-            found: list[recall.Candidate] = []
-            memory_terms = [t for t in weights if df_memory[t] > 0]
-            if memory_terms:
-                rows = conn.execute(
-                    _query(_MEMORY_HITS),
-                    {
-                        "q": recall.match_query(memory_terms),
-                        "owner": owner_id,
-                        "n": recall.CANDIDATES,
-                    },
-                )
-                for row in rows.mappings():
-                    memory = _memory({**row, "owner_id": owner_id, "source": ""})
-                    found.append(
-                        recall.Candidate(
-                            "memory", row["id"], memory.text, memory.created_at, memory.kind
-                        )
-                    )
-            message_terms = [t for t in weights if df_message[t] > 0]
-            if message_terms and before is not None:
-                rows = conn.execute(
-                    _query(_MESSAGE_HITS),
-                    {
-                        "q": recall.match_query(message_terms),
-                        "before": before,
-                        "owner": owner_id,
-                        "session": MAIN_SESSION,
-                        "n": recall.CANDIDATES,
-                    },
-                )
-                for row in rows.mappings():
-                    message = Message.model_validate({**row, "owner_id": owner_id})
-                    found.append(
-                        recall.Candidate(
-                            "message",
-                            row["id"],
-                            message.text,
-                            message.created_at,
-                            role=message.role,
-                            origin=message.origin,
-                        )
-                    )
-            return recall.select(found, weights, window, limit=limit, max_chars=max_chars)
+        def cached(conn: Connection) -> tuple[dict[str, tuple[int, int]], _Result | None]:
+            tops = fulltext.tops(conn)
+            hit = self._results.get((signature, *tops.values()))
+            if hit is not None and not hit.still_there(conn):
+                hit = None
+            return tops, hit
 
         with store_errors("could not recall"):
-            return await self._db.read(read)
+            tops, hit = await self._db.read(cached)
+            if hit is None and any(top > cursor for top, cursor in tops.values()):
+                tops = await self._catch_up()
+                hit = self._results.get((signature, *tops.values()))
+                if hit is not None and not await self._db.read(hit.still_there):
+                    hit = None
+            if hit is not None:
+                self._results.move_to_end((signature, *tops.values()))
+                return builtins.list(hit.items)
+            cursors = {t: cursor for t, (_, cursor) in tops.items()}
+            result = await self._db.read(
+                lambda conn: self._recall(
+                    conn, owner_id, window, recent, before, limit, max_chars, exclude, cursors
+                )
+            )
+        self._results[(signature, *tops.values())] = result
+        while len(self._results) > RESULT_CACHE:
+            self._results.popitem(last=False)
+        return builtins.list(result.items)
+
+    def _recall(
+        self,
+        conn: Connection,
+        owner_id: str,
+        window: Sequence[Message],
+        recent: dict[str, float],
+        before: int | None,
+        limit: int,
+        max_chars: int,
+        exclude: Collection[int],
+        cursors: dict[str, int],
+    ) -> _Result:
+        """One recall over caught-up indexes, on one read connection."""
+        memory_counts, message_counts = self._counts["memory"], self._counts["message"]
+        memory_counts.sync(conn, cursors["memory"])
+        message_counts.sync(conn, cursors["message"])
+        df_memory = memory_counts.read(conn, recent)
+        df_all_messages = message_counts.read(conn, recent)
+        # The window's own messages are in the index (once caught up): take them out
+        # of the counts, so a term only the window holds weighs nothing.
+        indexed = [m.text for m in window if m.id is not None and m.id <= cursors["message"]]
+        shown = recall.inside(indexed, recent)
+        df_message = {t: max(df_all_messages[t] - shown[t], 0) for t in recent}
+        df = {t: df_memory[t] + df_message[t] for t in recent}
+        documents = max(cursors["memory"] + cursors["message"] - len(window), 1)
+        weights = recall.weigh(recent, df, documents)
+        memory_terms = recall.best(weights, df_memory)
+        message_terms = recall.best(weights, df_message) if before is not None else []
+        queried = {t: weights[t] for t in weights if t in memory_terms or t in message_terms}
+        found: builtins.list[recall.Candidate] = []
+        if memory_terms:
+            rows = conn.execute(
+                _query(_MEMORY_HITS),
+                {
+                    "q": recall.match_query(memory_terms),
+                    "owner": owner_id,
+                    "wide": recall.CANDIDATES * _WIDE + len(exclude),
+                    "n": recall.CANDIDATES + len(exclude),
+                },
+            )
+            found += [
+                recall.Candidate("memory", i, body, at, MemoryKind(kind))
+                for i, kind, body, at in rows
+                if i not in exclude
+            ]
+        if message_terms:
+            rows = conn.execute(
+                _query(_MESSAGE_HITS),
+                {
+                    "q": recall.match_query(message_terms),
+                    "before": before,
+                    "owner": owner_id,
+                    "session": MAIN_SESSION,
+                    "wide": recall.CANDIDATES * _WIDE,
+                    "n": recall.CANDIDATES,
+                },
+            )
+            found += [
+                recall.Candidate("message", i, body, at, role=role, origin=origin)
+                for i, body, at, role, origin in rows
+            ]
+        items = recall.select(found, queried, window, limit=limit, max_chars=max_chars)
+        texts = {(c.kind, c.id): c.text for c in found}
+        return _Result(
+            tuple(items),
+            {r.id: texts[("memory", r.id)] for r in items if r.kind == "memory"},
+            {r.id: texts[("message", r.id)] for r in items if r.kind == "message"},
+        )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 from bisect import insort
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from datetime import UTC, datetime
 from itertools import islice
 
@@ -334,8 +334,12 @@ class MemoryMemoryStore:
         limit: int,
         max_chars: int,
         before_message_id: int | None = None,
+        exclude: Collection[int] = (),
     ) -> builtins.list[Recalled]:
-        """Return the memories and older main-session messages the window brings to mind."""
+        """Return the memories and older main-session messages the window brings to mind.
+
+        Memories whose id is in `exclude` are never recalled.
+        """
         recent = recall.recency(window)
         ids = [m.id for m in window if m.id is not None]
         before = before_message_id if before_message_id is not None else min(ids, default=None)
@@ -354,11 +358,16 @@ class MemoryMemoryStore:
         df_message = {t: sum(recall.contains(m.text, t) for m in older) for t in recent}
         df = {t: df_memory[t] + df_message[t] for t in recent}
         documents = self._max_id + (self._messages._max_id if self._messages else 0) - len(window)
-        weights = recall.weigh(recent, df, documents)
+        weighed = recall.weigh(recent, df, documents)
+        # As the SQL store does: each side queried by its own best terms.
+        chosen = set(recall.best(weighed, df_memory)) | set(recall.best(weighed, df_message))
+        weights = {t: w for t, w in weighed.items() if t in chosen}
         found = [
             recall.Candidate("memory", m.id or 0, m.text, m.created_at, m.kind)
             for m in self._rows.values()
-            if m.owner_id == owner_id and any(recall.contains(m.text, t) for t in weights)
+            if m.owner_id == owner_id
+            and m.id not in exclude
+            and any(recall.contains(m.text, t) for t in weights)
         ]
         found += [
             recall.Candidate(

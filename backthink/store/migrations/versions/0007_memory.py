@@ -1,10 +1,14 @@
 """Long-term memory: the memory table, and full-text indexes over memories and messages.
 
 On SQLite both `memory.text` and `message.text` get an external-content FTS5
-trigram index kept current by triggers; the messages already stored are
-indexed here ('rebuild'). The statements are written out in this revision
-(not imported), so the revision builds the same schema whatever later code
-does; a test keeps them identical to `backthink.store.fulltext`.
+trigram index. No trigger keeps them current (the chat app's SQLite may lack
+the trigram tokenizer, and a trigger needing it would fail its inserts): the
+daemon indexes new rows itself, past the highest indexed rowid, which the
+index's `_docsize` table holds (see `backthink.store.fulltext`). The rows
+already stored are indexed here ('rebuild'), which also sets that cursor.
+The statements are written out in this revision (not imported), so the
+revision builds the same schema whatever later code does; a test keeps them
+identical to `backthink.store.fulltext`.
 
 Revision ID: 0007
 Revises: 0006
@@ -30,13 +34,6 @@ def _ddl(table: str) -> list[str]:
         f"CREATE VIRTUAL TABLE {fts} USING fts5("
         f"text, content='{table}', content_rowid='id', tokenize='trigram')",
         f"CREATE VIRTUAL TABLE {fts}_vocab USING fts5vocab({fts}, row)",
-        f"CREATE TRIGGER {fts}_ai AFTER INSERT ON {table} BEGIN "
-        f"INSERT INTO {fts}(rowid, text) VALUES (new.id, new.text); END",
-        f"CREATE TRIGGER {fts}_ad AFTER DELETE ON {table} BEGIN "
-        f"INSERT INTO {fts}({fts}, rowid, text) VALUES ('delete', old.id, old.text); END",
-        f"CREATE TRIGGER {fts}_au AFTER UPDATE OF text ON {table} BEGIN "
-        f"INSERT INTO {fts}({fts}, rowid, text) VALUES ('delete', old.id, old.text); "
-        f"INSERT INTO {fts}(rowid, text) VALUES (new.id, new.text); END",
     ]
 
 
@@ -67,8 +64,6 @@ def downgrade() -> None:
     """Remove the full-text indexes and the memory table."""
     if op.get_bind().dialect.name == "sqlite":
         for table in _INDEXED:
-            for suffix in ("_au", "_ad", "_ai"):
-                op.execute(f"DROP TRIGGER {table}_fts{suffix}")
             op.execute(f"DROP TABLE {table}_fts_vocab")
             op.execute(f"DROP TABLE {table}_fts")
     op.drop_index("ix_memory_recent", table_name="memory")
