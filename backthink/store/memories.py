@@ -154,19 +154,20 @@ class _Result:
     messages: dict[int, str]
 
     def still_there(self, conn: Connection) -> bool:
-        """Whether every recalled row still exists with the same text."""
+        """Whether every recalled row still exists with the same text (one read)."""
+        parts: builtins.list[str] = []
+        params: builtins.list[int] = []
         for table, rows in (("memory", self.memories), ("message", self.messages)):
-            if not rows:
-                continue
-            marks = ", ".join("?" * len(rows))
-            now: dict[int, str] = dict(
-                conn.exec_driver_sql(
-                    f"SELECT id, text FROM {table} WHERE id IN ({marks})", tuple(rows)
-                ).all()
-            )
-            if now != rows:
-                return False
-        return True
+            if rows:
+                marks = ", ".join("?" * len(rows))
+                parts.append(f"SELECT '{table}', id, text FROM {table} WHERE id IN ({marks})")
+                params += rows
+        if not parts:
+            return True
+        now: dict[str, dict[int, str]] = {"memory": {}, "message": {}}
+        for table, row_id, body in conn.exec_driver_sql(" UNION ALL ".join(parts), tuple(params)):
+            now[table][row_id] = body
+        return now["memory"] == self.memories and now["message"] == self.messages
 
 
 class SqlMemoryStore:
@@ -253,12 +254,13 @@ class SqlMemoryStore:
     async def search(self, owner_id: str, query: str, *, limit: int = 20) -> builtins.list[Memory]:
         """Return an owner's memories that hold every word of `query`, newest first.
 
-        A word is a run without spaces; matching ignores case. Words of three
+        A word is a run without spaces (nor NULs); matching ignores case. Words of three
         characters or more use the index (caught up first, to the end); a
         shorter one makes it a scan of the owner's memories (the trigram index
         cannot find it).
         """
-        words = list(dict.fromkeys(query.lower().split()))
+        # A NUL is no character anyone searches for, and would end a MATCH string.
+        words = list(dict.fromkeys(query.replace("\0", " ").lower().split()))
         if not words:
             return []
         likes = " AND ".join(f"lower(m.text) LIKE :w{i} ESCAPE '\\'" for i in range(len(words)))
@@ -389,7 +391,11 @@ class SqlMemoryStore:
         # of the counts, so a term only the window holds weighs nothing.
         indexed = [m.text for m in window if m.id is not None and m.id <= cursors["message"]]
         shown = recall.inside(indexed, recent)
-        df_message = {t: max(df_all_messages[t] - shown[t], 0) for t in recent}
+        # A count past DF_CAP is only a lower bound: it stays past the cap.
+        df_message = {
+            t: n if n > recall.DF_CAP else max(n - shown[t], 0)
+            for t, n in ((t, df_all_messages[t]) for t in recent)
+        }
         df = {t: df_memory[t] + df_message[t] for t in recent}
         documents = max(cursors["memory"] + cursors["message"] - len(window), 1)
         weights = recall.weigh(recent, df, documents)
