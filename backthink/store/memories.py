@@ -288,8 +288,12 @@ class SqlMemoryStore:
     async def forget(self, owner_id: str, memory_id: int) -> bool:
         """Delete one memory of an owner, from the table and its index; False if none.
 
-        The index is optimized afterwards, so no segment keeps the forgotten
-        text's tokens, and deleted pages are overwritten (secure_delete).
+        Its index entries are deleted with its text (if it was indexed), the
+        index is optimized afterwards, so no segment keeps the forgotten
+        text's tokens, and deleted pages are overwritten (secure_delete). A
+        memory the chat app edited after it was indexed is deleted with its
+        current text; the tokens only the old text had stay in the index
+        (not the text) until a 'rebuild'.
         """
 
         def run(conn: Connection) -> bool:
