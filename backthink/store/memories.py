@@ -353,6 +353,15 @@ class SqlMemoryStore:
             rows = await self._db.read(lambda c: c.execute(statement, params).mappings().all())
             return [_memory(row) for row in rows]
 
+    async def index(self) -> None:
+        """Index every row the indexes lack now (after a large import, say), batch by batch.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        if self._fulltext:
+            await self._catch_up(everything=True)
+
     async def _catch_up(self, *, everything: bool = False) -> dict[str, tuple[int, int]]:
         """Index what the indexes lack: one batch per index, or all of it; return `tops`."""
         with store_errors("could not index memories and messages"):
