@@ -21,6 +21,7 @@ from backthink.channels import build_channels
 from backthink.config import Settings, WebChannelSettings
 from backthink.delivery import Dispatcher, Sleep
 from backthink.errors import ConfigError, ModelNotConfiguredError
+from backthink.pause import Pauses
 from backthink.ports import (
     Channel,
     Clock,
@@ -116,6 +117,7 @@ class App:
     recorder: Recorder
     thinker: Thinker
     memories: MemoryStore
+    pauses: Pauses
 
 
 def session_channel(settings: Settings, senders: Mapping[str, Channel]) -> str | None:
@@ -194,6 +196,7 @@ def build_app(
         ),
     )
     recorder = Recorder(rounds, spill=spill)
+    pauses = Pauses(rounds)
     thinker = Thinker(
         settings,
         messages=messages,
@@ -203,10 +206,21 @@ def build_app(
         recorder=recorder,
         clock=clock,
         memories=memories,
+        pauses=pauses,
         model_missing_hint=MODEL_MISSING_HINT,
     )
     return App(
-        settings, clock, messages, rounds, outbox, model, dispatcher, recorder, thinker, memories
+        settings,
+        clock,
+        messages,
+        rounds,
+        outbox,
+        model,
+        dispatcher,
+        recorder,
+        thinker,
+        memories,
+        pauses,
     )
 
 

@@ -503,6 +503,73 @@ def poke_cmd(
         raise typer.Exit(1)
 
 
+@app.command("pause")
+def pause_cmd(
+    ctx: typer.Context,
+    length: Annotated[
+        str | None,
+        typer.Option(
+            "--for", metavar="DURATION", help="End the pause by itself after e.g. 30m, 2h, 1d."
+        ),
+    ] = None,
+) -> None:
+    """Pause the owner's rounds (every trigger) until resumed, or for a while."""
+    from backthink.app import SystemClock
+    from backthink.pause import Pauses, parse_pause_duration
+    from backthink.store import open_database
+
+    c: Context = ctx.obj
+    settings = c.settings()
+    owner_id = c.owner_id(settings)
+    duration = None if length is None else parse_pause_duration(length)
+
+    async def go() -> str:
+        async with open_database(settings.database) as store:
+            held = await Pauses(store.rounds).pause(
+                owner_id, at=SystemClock().now(), length=duration
+            )
+            return held.describe(settings.owner.tz)
+
+    until = "then" if duration is not None else "`backthink resume`"
+    typer.echo(f"{_run(go())}: every round is skipped until {until}")
+
+
+@app.command("resume")
+def resume_cmd(ctx: typer.Context) -> None:
+    """End a pause: rounds run again from the next trigger on."""
+    from backthink.app import SystemClock
+    from backthink.pause import Pauses
+    from backthink.store import open_database
+
+    c: Context = ctx.obj
+    settings = c.settings()
+    owner_id = c.owner_id(settings)
+
+    async def go() -> bool:
+        async with open_database(settings.database) as store:
+            return (await Pauses(store.rounds).resume(owner_id, at=SystemClock().now())).paused
+
+    typer.echo("resumed: rounds run again" if _run(go()) else "not paused: rounds run as usual")
+
+
+@app.command("status")
+def status_cmd(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Show whether the daemon runs, the pause, the last round, deliveries, channels and model."""
+    from backthink.app import SystemClock
+    from backthink.status import gather
+
+    c: Context = ctx.obj
+    settings = c.settings()
+    found = _run(gather(settings, c.owner_id(settings), at=SystemClock().now()))
+    if as_json:
+        _print_json(found.to_json())
+    else:
+        typer.echo(found.render(settings.owner.tz))
+
+
 def _print_json(data: Any) -> None:
     typer.echo(json.dumps(data, ensure_ascii=False, default=_json_default))
 

@@ -13,7 +13,8 @@ import contextlib
 import signal
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import timedelta
+from datetime import UTC, timedelta
+from typing import Any
 
 import structlog
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -50,6 +51,7 @@ class Daemon:
         # Under overload, due rounds wait for a slot instead of all starting at once
         # and each taking ever longer (and holding memory) while the model is slow.
         self._slots = asyncio.Semaphore(app.settings.daemon.max_concurrent_rounds)
+        self._scheduler: AsyncIOScheduler | None = None
 
     def request_stop(self) -> None:
         """Stop taking new rounds and begin shutting down (SIGTERM, SIGINT)."""
@@ -68,6 +70,15 @@ class Daemon:
             record = await asyncio.shield(task)
         self._outcomes[record.outcome.value] += 1
         return record
+
+    def status(self, owner_id: str) -> dict[str, Any]:
+        """What only the running daemon knows: the owner's next heartbeat, the channels' health."""
+        job = self._scheduler.get_job(f"heartbeat:{owner_id}") if self._scheduler else None
+        at = job.next_run_time if job is not None else None
+        return {
+            "next_heartbeat": at.astimezone(UTC).isoformat() if at is not None else None,
+            "channels": self._app.dispatcher.health(),
+        }
 
     async def _job(self, owner_id: str, trigger: str) -> None:
         if self._accepting:
@@ -116,8 +127,8 @@ class Daemon:
         if self._app.model is None:
             log.warning("daemon.model_missing", hint=MODEL_MISSING_HINT)
         await self._app.thinker.resume()
-        server = await poke.serve(s.daemon.socket, self.run_round, self._owners)
-        scheduler = build_scheduler(s, self._owners, self._job)
+        server = await poke.serve(s.daemon.socket, self.run_round, self._owners, status=self.status)
+        scheduler = self._scheduler = build_scheduler(s, self._owners, self._job)
         scheduler.start()
         helpers: list[asyncio.Task[None]] = []
         if (interval := self._notifier.watchdog_interval_s) is not None:

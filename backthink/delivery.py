@@ -130,6 +130,11 @@ class Dispatcher:
             )
         ]
 
+    def health(self) -> dict[str, str]:
+        """Every configured channel with "ok" when it can deliver now, else "down"."""
+        up = set(self.connected())
+        return {name: "ok" if name in up else "down" for name in self._order}
+
     async def hand_over(self, handoff: Handoff) -> DeliveryResult:
         """Commit the delivery with its write-back, then send it; one result, whatever happens.
 

@@ -3,8 +3,11 @@
 Protocol: the client sends one JSON line `{"trigger": "...", "owner_id": "..."}`
 (owner optional) and reads one JSON line back: the round's summary
 (`round_id`, `trigger`, `outcome`, `reason`, `channel`, `decision`), or
-`{"error": "..."}`. The line is at most `MAX_REQUEST_BYTES`, the trigger at
-most `MAX_TRIGGER_CHARS`, and the owner one the daemon serves; every refusal
+`{"error": "..."}`. A status request `{"status": true, "owner_id": "..."}`
+runs no round; it is answered with what only the running daemon knows
+(`{"running": true, "next_heartbeat", "channels"}`), for `backthink status`.
+The line is at most `MAX_REQUEST_BYTES`, the trigger at most
+`MAX_TRIGGER_CHARS`, and the owner one the daemon serves; every refusal
 is such an error object, never a dropped connection. The socket file is
 created with mode 0600, so only the daemon's own user can poke it.
 """
@@ -17,6 +20,7 @@ import json
 import os
 import socket
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,26 +41,32 @@ DISCARD_CHUNK = 64 * 1024  # bytes per read while discarding
 BAD_REQUEST = 'expected one JSON line like {"trigger": "..."}'
 PUBLIC_FIELDS = ("round_id", "trigger", "outcome", "reason", "channel", "decision")
 
+STATUS_TIMEOUT_S = 3.0  # seconds `backthink status` waits for the daemon's answer
+
 RunRound = Callable[[str, str], Awaitable[RoundRecord]]
+Status = Callable[[str], dict[str, Any]]
 
 
 class NoDaemonError(BackthinkError):
     """No daemon listens on the socket."""
 
 
-async def serve(path: Path, run_round: RunRound, owners: Sequence[str]) -> asyncio.Server:
+async def serve(
+    path: Path, run_round: RunRound, owners: Sequence[str], *, status: Status | None = None
+) -> asyncio.Server:
     """Listen on `path`; each request runs one round and answers with its summary.
 
     Args:
         path: the socket file.
         run_round: runs one round for (owner, trigger).
         owners: the owners rounds may run for; the first is the default.
+        status: answers a status request for an owner (None: status requests are refused).
     """
     allowed = list(owners)
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            answer = await _serve_one(reader, run_round, allowed)
+            answer = await _serve_one(reader, run_round, allowed, status)
             writer.write(json.dumps(answer, ensure_ascii=False).encode() + b"\n")
             await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -77,7 +87,7 @@ async def serve(path: Path, run_round: RunRound, owners: Sequence[str]) -> async
 
 
 async def _serve_one(
-    reader: asyncio.StreamReader, run_round: RunRound, owners: Sequence[str]
+    reader: asyncio.StreamReader, run_round: RunRound, owners: Sequence[str], status: Status | None
 ) -> dict[str, Any]:
     try:
         line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT_S)
@@ -87,6 +97,17 @@ async def _serve_one(
         # The line passed the stream's limit; the rest of it is still on its way.
         await _discard_line(reader)
         return _refuse(f"the request is longer than {MAX_REQUEST_BYTES} bytes")
+    asked = parse_status_request(line, owners)
+    if isinstance(asked, str):
+        return _refuse(asked)
+    if asked is not None:
+        if status is None:
+            return _refuse("this daemon does not answer status requests")
+        try:
+            return {"running": True, **status(asked.owner_id)}
+        except Exception:
+            log.exception("poke.status_crashed", owner_id=asked.owner_id)
+            return {"error": "internal error: no status"}
     parsed = parse_request(line, owners)
     if isinstance(parsed, str):
         return _refuse(parsed)
@@ -124,6 +145,29 @@ def parse_request(line: bytes, owners: Sequence[str]) -> tuple[str, str] | str:
     if len(trigger) > MAX_TRIGGER_CHARS:
         return f"the trigger is longer than {MAX_TRIGGER_CHARS} characters"
     return owner, trigger
+
+
+@dataclass(frozen=True)
+class StatusRequest:
+    """A request for the daemon's status about one owner; it runs no round."""
+
+    owner_id: str
+
+
+def parse_status_request(line: bytes, owners: Sequence[str]) -> StatusRequest | str | None:
+    """Read a status request, say why it is refused, or None when the line is not one."""
+    try:
+        request = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(request, dict) or request.get("status") is not True:
+        return None
+    owner = request.get("owner_id") or owners[0]
+    if not isinstance(owner, str):
+        return "owner_id must be a string"
+    if owner not in owners:
+        return f"unknown owner {owner[:64]!r}"
+    return StatusRequest(owner)
 
 
 async def _discard_line(reader: asyncio.StreamReader) -> None:
@@ -190,4 +234,36 @@ async def poke(
     answer: dict[str, Any] = json.loads(line)
     if "error" in answer:
         raise BackthinkError(f"the daemon refused the poke: {answer['error']}")
+    return answer
+
+
+async def ask_status(
+    path: Path, *, owner_id: str | None, timeout_s: float
+) -> dict[str, Any] | None:
+    """Ask the daemon at `path` what only it knows about an owner; None when none answers.
+
+    A daemon that does not answer in time, or answers something else than a
+    status object, counts as not running: `backthink status` must not hang.
+    """
+    try:
+        async with asyncio.timeout(timeout_s):
+            reader, writer = await asyncio.open_unix_connection(str(path))
+            try:
+                request = {"status": True, "owner_id": owner_id}
+                writer.write(json.dumps(request, ensure_ascii=False).encode() + b"\n")
+                await writer.drain()
+                line = await reader.readline()
+            finally:
+                writer.close()
+                with contextlib.suppress(ConnectionError):
+                    await writer.wait_closed()
+    except (OSError, TimeoutError, ValueError):
+        return None
+    try:
+        answer = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(answer, dict) or answer.get("running") is not True:
+        log.debug("poke.status_refused", error=str(answer)[:200])
+        return None
     return answer

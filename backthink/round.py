@@ -33,6 +33,7 @@ from backthink.models import (
     RoundRecord,
     SessionView,
 )
+from backthink.pause import Pauses
 from backthink.ports import Clock, MemoryStore, MessageStore, ModelClient
 from backthink.record import (
     INTERRUPTED_NOTE,
@@ -69,6 +70,7 @@ class Thinker:
         recorder: Recorder,
         clock: Clock,
         memories: MemoryStore | None = None,
+        pauses: Pauses | None = None,
         model_missing_hint: str = "no model endpoint configured",
     ) -> None:
         self._settings = settings
@@ -80,6 +82,7 @@ class Thinker:
         self._recorder = recorder
         self._clock = clock
         self._model_missing_hint = model_missing_hint
+        self._pauses = pauses
         self._in_flight: set[str] = set()
 
     def connected(self) -> list[str]:
@@ -132,6 +135,11 @@ class Thinker:
     async def _think(self, start: RoundStart, progress: Ending) -> Ending:
         g = self._settings.gate
         tz = self._settings.owner.tz
+        # A pause holds for every trigger and is checked before anything else is read.
+        if self._pauses is not None:
+            pause = await self._pauses.state(start.owner_id, start.started)
+            if pause.paused:
+                return Ending(Outcome.SKIPPED, Reason.DISABLED, notes=[pause.describe(tz)])
         # One read serves the pre-gate and the context. A failed read raises
         # StoreError here, before any model call: a round that cannot be gated
         # or recorded spends no tokens.
