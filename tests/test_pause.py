@@ -33,8 +33,6 @@ def settings() -> Settings:
             "owner": {"id": "o", "timezone": "Asia/Shanghai"},
             "prompt": {"dir": str(PROMPTS)},
             "gate": {"quiet_hours": "", "activity_window": "10m"},
-            # Recall is about memory, not pausing; these rounds need only the window.
-            "memory": {"recall": 0},
         }
     )
 
