@@ -203,6 +203,7 @@ def build_app(
         recorder=recorder,
         clock=clock,
         memories=memories,
+        rounds=rounds,
         model_missing_hint=MODEL_MISSING_HINT,
     )
     return App(
