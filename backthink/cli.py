@@ -270,7 +270,11 @@ def messages_import(
 
     async def go() -> int:
         async with open_database(settings.database) as store:
-            return await store.messages.add_many(parsed)
+            count = await store.messages.add_many(parsed)
+            # Rounds index new messages a batch at a time; an import is indexed at once,
+            # so what it brought is recallable from the next round on.
+            await store.memories.index()
+            return count
 
     typer.echo(f"imported {_run(go())} messages from {file}")
 

@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 from backthink.attribution import ROLE_CONTEXT_MARKER, SPEAKER_SWITCH_MARKER, Language
 from backthink.context import TIME_MARKER
-from backthink.footer import without_tags
+from backthink.footer import has_tags, without_tags
 from backthink.models import Memory, MemoryKind, Recalled
 
 MIN_THOUGHT_CHARS = 60
@@ -66,8 +66,21 @@ class MemoryBlock:
     notes: list[str] = field(default_factory=list)
 
     def texts(self) -> list[str]:
-        """Every text the block shows, for the echo guard."""
-        return [m.text for m in self.thoughts] + [r.text for r in self.recalled]
+        """The texts of the block that are outside text, for the echo guard.
+
+        The companion's own words (its thoughts, its old messages) are not:
+        following up on an earlier thought in its words is what the journal is
+        for. Unless they carry footer tags, which no thought it kept can (they
+        are removed when it is kept): such a row was written by someone else.
+        """
+        texts = [m.text for m in self.thoughts if has_tags(m.text)]
+        for item in self.recalled:
+            own = item.memory_kind is MemoryKind.THOUGHT or (
+                item.kind == "message" and (item.role or "").strip().lower() == "assistant"
+            )
+            if not own or has_tags(item.text):
+                texts.append(item.text)
+        return texts
 
     def __bool__(self) -> bool:
         return bool(self.thoughts or self.recalled)

@@ -10,12 +10,12 @@ keeps only strong, new matches:
 2. A term weighs its recency (`RECENCY_DECAY` per message of age) times its
    rarity, log(N / df), counted over what lies outside the window: a term
    only the window holds has df 0 and is dropped, as is one so common
-   (df > `DF_CAP`) that it matches everything (`weigh`). Each index is
+   (`df_cap`) that it matches everything (`weigh`). Each index is
    queried with the best `TERMS` of the terms it holds (`best`), for the
    `CANDIDATES` best rows by bm25.
 3. Candidates are scored by the summed weights of the queried terms their
-   current text contains, and gated: a row needs two matched terms, or one
-   latin word of `LONG_WORD_CHARS` or more. Otherwise top-k would always
+   current text contains, and gated: a row needs two matched terms of one
+   window message, or one latin word of `LONG_WORD_CHARS` or more. Otherwise top-k would always
    return something, however unrelated. The re-check against the text also
    drops a row whose index entries are stale (edited since it was indexed).
 4. What repeats the window, or an item already kept, is dropped (trigram
@@ -45,7 +45,11 @@ RECENCY_DECAY = 0.85
 TERMS = 8
 """How many terms a recall queries with; each costs about 0.1 ms per index."""
 DF_CAP = 1000
-"""Terms in more documents than this match too much to tell anything apart."""
+"""Terms in more documents than this match too much to tell anything apart (and cost most)."""
+DF_SHARE = 100
+"""Nor does a term in more than one document in this many, in a history of any size..."""
+DF_FLOOR = 20
+"""...unless it is in this many documents or fewer: a young history's names are not common."""
 CANDIDATES = 20
 """Rows read per index before the re-ranking."""
 MIN_WORD_CHARS = 4
@@ -96,8 +100,12 @@ def trigrams(term: str) -> list[str]:
 
 
 def quote(term: str) -> str:
-    """Quote a term as one FTS5 string, so no text is ever read as query syntax."""
-    return '"' + term.replace('"', '""') + '"'
+    """Quote a term as one FTS5 string, so no text is ever read as query syntax.
+
+    A NUL would end the string early for FTS5 ("unterminated string"); it
+    becomes a space, which no term holds.
+    """
+    return '"' + term.replace("\0", " ").replace('"', '""') + '"'
 
 
 def match_query(terms: Iterable[str]) -> str:
@@ -134,11 +142,18 @@ def contains(text: str, term: str) -> bool:
     return term in text.lower()
 
 
+def df_cap(documents: int) -> int:
+    """The most documents a usable term may be in, among `documents` (N)."""
+    return min(DF_CAP, max(DF_FLOOR, documents // DF_SHARE))
+
+
 def weigh(recent: Mapping[str, float], df: Mapping[str, int], documents: int) -> dict[str, float]:
     """Weights of the usable terms, best first: recency times log(N / df).
 
     A term with no document outside the window (df 0), or in more than
-    `DF_CAP`, is left out.
+    `df_cap` (one in `DF_SHARE`, at most `DF_CAP`), is left out. Besides
+    telling nothing apart, such a term would make the query rank every row
+    it is in.
 
     Args:
         recent: each window term's recency weight.
@@ -146,9 +161,10 @@ def weigh(recent: Mapping[str, float], df: Mapping[str, int], documents: int) ->
         documents: how many documents there are (N), about.
     """
     weights: dict[str, float] = {}
+    cap = df_cap(documents)
     for term, fresh in recent.items():
         count = df.get(term, 0)
-        if 0 < count <= DF_CAP:
+        if 0 < count <= cap:
             weights[term] = fresh * math.log((documents + 1) / count)
     ranked = sorted(weights.items(), key=lambda item: (-item[1], item[0]))
     return {term: weight for term, weight in ranked if weight > 0}
@@ -188,7 +204,8 @@ def similarity(a: frozenset[str], b: frozenset[str]) -> float:
     """Jaccard similarity of two shingle sets."""
     if not a or not b:
         return 0.0
-    return len(a & b) / len(a | b)
+    shared = len(a & b)
+    return shared / (len(a) + len(b) - shared)
 
 
 def _cut(text: str, limit: int) -> str:
@@ -205,19 +222,22 @@ def select(
 ) -> list[Recalled]:
     """Score, gate, de-duplicate and bound the candidates; the best first.
 
-    Ties go to the newer row. A candidate near-identical to a window message
+    A candidate passes the gate (`strong`) on the terms it shares with one
+    window message: two unrelated messages sharing a term each with it do
+    not make it a match. Ties go to the newer row. A candidate near-identical to a window message
     or to a better one already kept is dropped; texts are cut at
     `ITEM_CHARS` and the kept texts together stay within `max_chars`.
     """
     scored: list[tuple[float, Candidate]] = []
     seen: set[tuple[str, int]] = set()
+    said = [frozenset(_terms(m.text)) for m in list(window)[-WINDOW_MESSAGES:]]
     for candidate in candidates:
         if (candidate.kind, candidate.id) in seen:
             continue
         seen.add((candidate.kind, candidate.id))
         low = candidate.text.lower()
         matched = [term for term in weights if term in low]
-        if strong(matched):
+        if any(strong([t for t in matched if t in terms]) for terms in said):
             scored.append((sum(weights[t] for t in matched), candidate))
     scored.sort(key=lambda item: (-item[0], -item[1].created_at.timestamp(), -item[1].id))
     shown = [shingles(message.text) for message in window]

@@ -49,7 +49,7 @@ TIMEZONE = "Asia/Shanghai"
 API_KEY = "sk-bench-not-a-secret"
 MODEL_NAME = "fake-model"
 SQLITE_STAMP = "%Y-%m-%d %H:%M:%S.%f"  # how SQLAlchemy stores a DATETIME in SQLite
-DB_FORMAT = 2  # bump when the generated history changes, so cached databases are rebuilt
+DB_FORMAT = 3  # bump when the generated history changes, so cached databases are rebuilt
 
 
 # -- figures ------------------------------------------------------------------------------
@@ -528,6 +528,9 @@ def _fill(db: Path, owners: Sequence[str], per_owner: int) -> int:
                     batch.clear()
         conn.executemany(insert, batch)
         total += len(batch)
+        # The history is indexed as a migration would index it: a daemon meets a
+        # caught-up index, not a backlog of the whole history.
+        index_all(conn)
         # No ANALYZE: the daemon never runs it, so the planner sees what it sees in production.
         conn.execute("COMMIT")
     finally:
@@ -535,11 +538,33 @@ def _fill(db: Path, owners: Sequence[str], per_owner: int) -> int:
     return total
 
 
+def index_all(conn: sqlite3.Connection) -> None:
+    """Index every message and memory afresh (FTS5 'rebuild'), as migration 0007 does."""
+    for table in ("memory", "message"):
+        conn.execute(f"INSERT INTO {table}_fts({table}_fts) VALUES ('rebuild')")
+
+
+def unindex_after(conn: sqlite3.Connection, table: str, max_id: int) -> None:
+    """Remove the index entries of `table`'s rows past `max_id`, before they are deleted.
+
+    Nothing removes a deleted row's entries but the daemon's own forget, so a
+    benchmark that deletes what it added does this first; otherwise a later
+    run's rows, taking the same ids, would stay unindexed.
+    """
+    fts = f"{table}_fts"
+    conn.execute(
+        f"INSERT INTO {fts}({fts}, rowid, text) SELECT 'delete', t.id, t.text FROM {table} t"
+        f" JOIN {fts}_docsize d ON d.id = t.id WHERE t.id > ?",
+        (max_id,),
+    )
+
+
 def reset_db(db: Path, max_id: int) -> None:
     """Delete what benchmark runs added: rounds, deliveries, marks, newer messages."""
     conn = sqlite3.connect(db, isolation_level=None)
     try:
         conn.execute("BEGIN")
+        unindex_after(conn, "message", max_id)
         conn.execute("DELETE FROM message WHERE id > ?", (max_id,))
         for table in ("round", "delivery", "mark"):
             conn.execute(f"DELETE FROM {table}")

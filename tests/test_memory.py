@@ -497,3 +497,17 @@ async def test_a_taken_memory_id_is_a_store_error(stores: Stores) -> None:
     first = await stores.memories.add(note("a"))
     with pytest.raises(StoreError, match="could not store memory"):
         await stores.memories.add(note("b").model_copy(update={"id": first.id}))
+
+
+async def test_a_memory_added_after_a_recall_is_recalled_next(stores: Stores) -> None:
+    """Counts read by one recall move on with new rows: a new memory is found by the next."""
+    await stores.history(filler(30))
+    first = await stores.history(["钢琴比赛准备得怎样"], start=T0 + timedelta(days=1))
+    assert await stores.memories.recall("ana", first, limit=5, max_chars=1200) == []
+    await stores.memories.add(note(ZH_FACT, at=T0 + timedelta(days=1, hours=1)))
+    again = await stores.history(["钢琴比赛那天穿什么"], start=T0 + timedelta(days=2))
+    found = await stores.memories.recall("ana", again, limit=5, max_chars=1200)
+    assert {(r.kind, r.text) for r in found} == {
+        ("message", "钢琴比赛准备得怎样"),
+        ("memory", ZH_FACT),
+    }

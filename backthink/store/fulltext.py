@@ -32,6 +32,9 @@ On other databases none of this exists.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from sqlalchemy.engine import Connection
 
 INDEXED = ("memory", "message")
@@ -73,15 +76,21 @@ def is_fulltext_table(name: str) -> bool:
     return any(name.startswith(f"{table}_fts") for table in INDEXED)
 
 
+TOPS_SQL = "SELECT " + ", ".join(
+    f"(SELECT coalesce(max(id), 0) FROM {t}), (SELECT coalesce(max(id), 0) FROM {t}_fts_docsize)"
+    for t in INDEXED
+)
+"""One row: each indexed table's highest id, then its highest indexed id."""
+
+
+def parse_tops(row: Sequence[Any]) -> dict[str, tuple[int, int]]:
+    """A `TOPS_SQL` row as: per indexed table, (its highest id, the highest indexed id)."""
+    return {t: (int(row[2 * i]), int(row[2 * i + 1])) for i, t in enumerate(INDEXED)}
+
+
 def tops(connection: Connection) -> dict[str, tuple[int, int]]:
     """Per indexed table: (its highest id, the highest indexed id); 0 when empty."""
-    subqueries = ", ".join(
-        f"(SELECT coalesce(max(id), 0) FROM {t}),"
-        f" (SELECT coalesce(max(id), 0) FROM {t}_fts_docsize)"
-        for t in INDEXED
-    )
-    row = connection.exec_driver_sql(f"SELECT {subqueries}").one()
-    return {t: (int(row[2 * i]), int(row[2 * i + 1])) for i, t in enumerate(INDEXED)}
+    return parse_tops(connection.exec_driver_sql(TOPS_SQL).one())
 
 
 def catch_up(

@@ -320,7 +320,7 @@ class MemoryMemoryStore:
 
     async def search(self, owner_id: str, query: str, *, limit: int = 20) -> builtins.list[Memory]:
         """Return an owner's memories that hold every word of `query`, newest first."""
-        words = query.lower().split()
+        words = query.replace("\0", " ").lower().split()
         if not words:
             return []
         found = [m for m in self._newest_first(owner_id) if all(w in m.text.lower() for w in words)]
