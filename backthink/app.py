@@ -207,6 +207,7 @@ def build_app(
         clock=clock,
         memories=memories,
         pauses=pauses,
+        rounds=rounds,
         model_missing_hint=MODEL_MISSING_HINT,
     )
     return App(

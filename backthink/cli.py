@@ -440,6 +440,7 @@ def render_rounds_table(records: list[RoundRecord], settings: Settings) -> str:
         "urgency",
         "tokens",
         "ms",
+        "tools",
     )
     rows = [header]
     for r in records:
@@ -455,6 +456,7 @@ def render_rounds_table(records: list[RoundRecord], settings: Settings) -> str:
                 r.urgency.value if r.urgency else "-",
                 tokens,
                 "-" if r.latency_ms is None else f"{r.latency_ms:.0f}",
+                _tool_count(r),
             )
         )
     if len(rows) == 1:
@@ -464,6 +466,14 @@ def render_rounds_table(records: list[RoundRecord], settings: Settings) -> str:
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
         for row in rows
     )
+
+
+def _tool_count(record: RoundRecord) -> str:
+    """How many tool calls a round made, and how many failed: "3", "3 (1 failed)", "-"."""
+    if not record.tools:
+        return "-"
+    failed = sum(1 for use in record.tools if not use.ok)
+    return f"{len(record.tools)} ({failed} failed)" if failed else str(len(record.tools))
 
 
 @app.command()

@@ -271,6 +271,54 @@ class MemorySettings(_Section):
     thought_chars: int = Field(default=400, ge=0, le=100_000)
 
 
+_SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,23}")
+
+
+class McpServerSettings(_Section):
+    """One MCP server whose tools a round may call: a command (stdio) or a URL (streamable HTTP)."""
+
+    command: list[str] = Field(default_factory=list)
+    url: str | None = None
+    # Only these of the server's tools are offered (their names as the server gives them).
+    allow: list[str] | None = None
+    # Extra environment for a command's process, over a safe default set.
+    env: dict[str, SecretStr] = Field(default_factory=dict)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"https?://[^/\s]+", value):
+            raise ValueError(f"{redact_url(value)!r} is not an http(s) URL")
+        return value
+
+    def model_post_init(self, context: Any, /) -> None:
+        if bool(self.command) == (self.url is not None):
+            raise ValueError('give exactly one of command = [...] (stdio) or url = "..."')
+
+
+class ToolsSettings(_Section):
+    """Tools a round may call before it writes its footer, and the bounds of that loop."""
+
+    enabled: bool = True
+    max_steps: int = Field(default=4, ge=0, le=32)
+    max_calls: int = Field(default=8, ge=0, le=128)
+    timeout: Duration = timedelta(seconds=10)
+    # characters of one tool result the model sees; the rest is cut out of its middle
+    max_result_chars: int = Field(default=2_000, ge=100, le=100_000)
+    mcp: dict[str, McpServerSettings] = Field(default_factory=dict)
+
+    @field_validator("mcp")
+    @classmethod
+    def _server_names(cls, value: dict[str, McpServerSettings]) -> dict[str, McpServerSettings]:
+        for name in value:
+            if not _SERVER_NAME.fullmatch(name):
+                raise ValueError(
+                    f"server name {name!r}: use letters, digits and '-' (at most 24), "
+                    "since it prefixes tool names as NAME__tool"
+                )
+        return value
+
+
 class DaemonSettings(_Section):
     """How the running daemon is reached and stopped."""
 
@@ -339,6 +387,7 @@ class Settings(BaseSettings):
     state: StateSettings = StateSettings()
     daemon: DaemonSettings = DaemonSettings()
     memory: MemorySettings = MemorySettings()
+    tools: ToolsSettings = ToolsSettings()
     channels: dict[str, ChannelSettings] = Field(default_factory=_default_channels)
 
     @property

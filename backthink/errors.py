@@ -43,6 +43,10 @@ class ModelNotConfiguredError(ModelError):
     """No model endpoint is configured, so no round can think."""
 
 
+class ToolsRefusedError(ModelError):
+    """The endpoint refused a request because it carried tool definitions."""
+
+
 class DeliveryError(BackthinkError):
     """A channel could not deliver a message."""
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import TracebackType
 from typing import Any, TypeVar
@@ -15,8 +16,13 @@ import structlog
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from backthink.config import ModelSettings
-from backthink.errors import ModelError, ModelNotConfiguredError, ModelTimeoutError
-from backthink.models import ModelMessage, ModelReply
+from backthink.errors import (
+    ModelError,
+    ModelNotConfiguredError,
+    ModelTimeoutError,
+    ToolsRefusedError,
+)
+from backthink.models import ModelMessage, ModelReply, ToolCall
 from backthink.redact import redact_urls
 
 PLACEHOLDER_API_KEY = "not-needed"
@@ -44,6 +50,12 @@ IMAGE_REFUSAL_STATUSES = frozenset({400, 415, 422, 500})
 _IMAGE_REFUSAL = re.compile(
     r"image|vision|multi-?modal|mmproj|content[ _-]?(?:type|part)|unknown variant", re.IGNORECASE
 )
+# How endpoints refuse tool definitions: vLLM without a tool parser (400, '"auto" tool
+# choice requires --enable-auto-tool-choice'), llama.cpp without --jinja (500, "tools
+# param requires --jinja flag"), Ollama with a model that has none (400, "does not
+# support tools"), strict schemas (422, "unknown field `tools`").
+TOOL_REFUSAL_STATUSES = frozenset({400, 404, 422, 500, 501})
+_TOOL_REFUSAL = re.compile(r"\btools?\b|tool[ _-]?choice|function[ _-]?call", re.IGNORECASE)
 
 
 class _Lenient(BaseModel):
@@ -57,9 +69,21 @@ class _Usage(_Lenient):
     completion_tokens: int | None = None
 
 
+class _Function(_Lenient):
+    name: str = ""
+    # Some servers send the arguments as an object instead of JSON text.
+    arguments: str | dict[str, Any] | None = None
+
+
+class _ToolCallOut(_Lenient):
+    id: str | None = None
+    function: _Function | None = None
+
+
 class _Message(_Lenient):
     # Only `content` is the reply; reasoning fields beside it are the model's scratchpad.
     content: str | None = None
+    tool_calls: list[_ToolCallOut] | None = None
 
 
 class _Choice(_Lenient):
@@ -136,14 +160,17 @@ class OpenAIModelClient:
         """The model name sent with every request."""
         return self._settings.name
 
-    async def complete(self, messages: Sequence[ModelMessage]) -> ModelReply:
-        """Run one chat-completion round.
+    async def complete(
+        self, messages: Sequence[ModelMessage], *, tools: Sequence[Mapping[str, Any]] = ()
+    ) -> ModelReply:
+        """Run one chat-completion round, offering `tools` (chat-completions entries) if any.
 
         Latency covers the whole call, retries included, because that is what a round
-        waits for.
+        waits for. With tools offered a reply may carry tool calls and no text.
 
         Raises:
             ModelTimeoutError: the endpoint did not answer within `timeout_s`.
+            ToolsRefusedError: tools were offered and the endpoint refused them.
             ModelError: HTTP error, refused connection, or a reply with no usable text.
         """
         self._check_open()
@@ -155,8 +182,14 @@ class OpenAIModelClient:
             notes.append(_withheld(images, f"{self._image_refusal} earlier"))
         with self._translate_errors(messages):
             try:
-                body = await self._post(request_body(self._settings, messages, images=send_images))
+                body = await self._post(
+                    request_body(self._settings, messages, images=send_images, tools=tools)
+                )
             except openai.APIStatusError as exc:
+                if tools and _refuses_tools(exc):
+                    raise ToolsRefusedError(
+                        f"the endpoint refused tool definitions (HTTP {exc.status_code})"
+                    ) from None
                 if not (images and send_images and self._settings.vision == "auto"):
                     raise
                 if not _refuses_images(exc):
@@ -164,19 +197,23 @@ class OpenAIModelClient:
                 self._image_refusal = f"the endpoint refused image input (HTTP {exc.status_code})"
                 log.warning("model.images_refused", status=exc.status_code)
                 notes.append(_withheld(images, f"{self._image_refusal}; retried without"))
-                body = await self._post(request_body(self._settings, messages, images=False))
+                body = await self._post(
+                    request_body(self._settings, messages, images=False, tools=tools)
+                )
         latency_ms = (time.perf_counter() - started) * 1000
         completion = _parse(_Completion, body)
         if not completion.choices:
             raise _unusable("the reply has no choices")
         choice = completion.choices[0]
         text = choice.message.content
-        if text is None or not text.strip():
+        calls = _tool_calls(choice.message) if tools else []
+        if not calls and (text is None or not text.strip()):
             finish = f" (finish_reason={choice.finish_reason})" if choice.finish_reason else ""
             raise _unusable(f"the reply has no text content{finish}")
         usage = completion.usage
         return ModelReply(
-            text=text,
+            text=text or "",
+            tool_calls=calls,
             model=completion.model or self._settings.name,
             prompt_tokens=usage.prompt_tokens if usage else None,
             completion_tokens=usage.completion_tokens if usage else None,
@@ -307,24 +344,48 @@ class OpenAIModelClient:
 
 
 def request_body(
-    settings: ModelSettings, messages: Sequence[ModelMessage], *, images: bool | None = None
+    settings: ModelSettings,
+    messages: Sequence[ModelMessage],
+    *,
+    images: bool | None = None,
+    tools: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The JSON body of one chat-completions request, exactly as it is POSTed.
 
     `images` says whether image parts are sent; None follows `settings.vision`
     alone (a new client, which has learned nothing yet). Without them, a message's
-    image becomes `IMAGE_PLACEHOLDER` on a line after its text.
+    image becomes `IMAGE_PLACEHOLDER` on a line after its text. `tools` are
+    sent only when there are some; no `tool_choice` is sent (the server's default,
+    auto, is what a round wants, and some servers refuse the field).
     """
     send = settings.vision is not False if images is None else images
-    return {
+    body: dict[str, Any] = {
         "model": settings.name,
         "messages": [_to_payload(message, images=send) for message in messages],
         "max_tokens": settings.max_tokens,
     }
+    if tools:
+        body["tools"] = [dict(tool) for tool in tools]
+    return body
 
 
 def _to_payload(message: ModelMessage, *, images: bool) -> dict[str, Any]:
     """Convert one ModelMessage to a chat message: plain text, or text and image parts."""
+    if message.role == "tool":
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text}
+    if message.tool_calls:
+        return {
+            "role": message.role,
+            "content": message.text or None,
+            "tool_calls": [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+                for call in message.tool_calls
+            ],
+        }
     if message.image is None:
         return {"role": message.role, "content": message.text}
     if not images:
@@ -356,6 +417,29 @@ def _refuses_images(exc: openai.APIStatusError) -> bool:
     if exc.status_code not in IMAGE_REFUSAL_STATUSES:
         return False
     return bool(_IMAGE_REFUSAL.search(_error_detail(exc.body) or exc.message))
+
+
+def _refuses_tools(exc: openai.APIStatusError) -> bool:
+    """Whether an error answer says the endpoint takes no tool definitions."""
+    if exc.status_code not in TOOL_REFUSAL_STATUSES:
+        return False
+    return bool(_TOOL_REFUSAL.search(_error_detail(exc.body) or exc.message))
+
+
+def _tool_calls(message: _Message) -> list[ToolCall]:
+    """The tool calls of a reply; a call without a name is dropped, one without an id gets one."""
+    calls: list[ToolCall] = []
+    for i, call in enumerate(message.tool_calls or []):
+        function = call.function
+        if function is None or not function.name:
+            continue
+        arguments = function.arguments
+        if isinstance(arguments, dict):
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        calls.append(
+            ToolCall(id=call.id or f"call_{i}", name=function.name, arguments=arguments or "")
+        )
+    return calls
 
 
 def _withheld(count: int, why: str) -> str:

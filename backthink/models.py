@@ -111,7 +111,7 @@ class Availability(StrEnum):
     DND = "dnd"
 
 
-Role = Literal["user", "assistant", "system"]
+Role = Literal["user", "assistant", "system", "tool"]
 Origin = Literal["chat", "proactive"]
 
 
@@ -218,22 +218,50 @@ class OwnerActivity:
     pushes: list[PastPush]
 
 
+class ToolCall(_Frozen):
+    """One tool call a model asked for; `arguments` is the raw JSON text it wrote."""
+
+    id: str
+    name: str
+    arguments: str = ""
+
+
+class ToolUse(_Frozen):
+    """The audit of one tool call: the name as offered, whether it worked, how long it took.
+
+    Never the arguments or the result: those may hold the owner's private text.
+    """
+
+    name: str
+    ok: bool
+    ms: float
+    args_chars: int = 0
+
+
 class ModelMessage(_Frozen):
     """One message of a model request, before any SDK sees it.
 
-    `image` travels as an image content part beside the text.
+    `image` travels as an image content part beside the text. An assistant
+    message may carry the `tool_calls` it made; a `tool` message answers one
+    of them by `tool_call_id`.
     """
 
     role: Role
     text: str
     image: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_call_id: str | None = None
 
 
 class ModelReply(_Frozen):
-    """What one model round returned, with its cost."""
+    """What one model round returned, with its cost.
+
+    With tools offered, a reply may ask for `tool_calls` instead of (or beside) text.
+    """
 
     text: str
     model: str
+    tool_calls: list[ToolCall] = Field(default_factory=list)
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     latency_ms: float
@@ -317,6 +345,7 @@ class RoundRecord(_Frozen):
     latency_ms: float | None = None
     raw_reply: str | None = None
     notes: list[str] = Field(default_factory=list)
+    tools: list[ToolUse] = Field(default_factory=list)
 
     @field_validator("trigger", "reason")
     @classmethod
@@ -348,6 +377,7 @@ class RoundRecord(_Frozen):
             "completion_tokens": self.completion_tokens,
             "latency_ms": self.latency_ms,
             "notes": list(self.notes),
+            "tools": [{"name": t.name, "ok": t.ok, "ms": t.ms} for t in self.tools],
         }
 
 

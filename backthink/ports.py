@@ -8,9 +8,9 @@ gets its ports through constructors, so tests pass fakes from
 from __future__ import annotations
 
 import builtins
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from backthink.models import (
     MAIN_SESSION,
@@ -217,11 +217,16 @@ class ModelClient(Protocol):
         """The model name sent with every request."""
         ...
 
-    async def complete(self, messages: Sequence[ModelMessage]) -> ModelReply:
-        """Run one round.
+    async def complete(
+        self, messages: Sequence[ModelMessage], *, tools: Sequence[Mapping[str, Any]] = ()
+    ) -> ModelReply:
+        """Run one model turn, offering `tools` (chat-completions `tools` entries) if any.
+
+        With tools offered the reply may carry tool calls instead of text.
 
         Raises:
             ModelTimeoutError: the endpoint did not answer in time.
+            ToolsRefusedError: tools were offered and the endpoint refused them.
             ModelError: any other failure, including a reply with no usable text.
         """
         ...

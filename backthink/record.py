@@ -27,6 +27,7 @@ from backthink.models import (
     Outcome,
     Reason,
     RoundRecord,
+    ToolUse,
     Trigger,
 )
 from backthink.ports import RoundStore
@@ -48,6 +49,7 @@ class Ending:
     reply: ModelReply | None = None
     channel: str | None = None
     notes: list[str] = field(default_factory=list)
+    tools: list[ToolUse] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ def round_record(start: RoundStart, ending: Ending, *, finished: datetime) -> Ro
         latency_ms=reply.latency_ms if reply else None,
         raw_reply=reply.text if reply else None,
         notes=list(ending.notes),
+        tools=list(ending.tools),
     )
 
 
@@ -234,6 +237,8 @@ class Recorder:
             prompt_tokens=record.prompt_tokens,
             completion_tokens=record.completion_tokens,
             notes=record.notes or None,
+            # Tool names only: arguments and results may hold the owner's private text.
+            tools=[use.name for use in record.tools] or None,
         )
         return saved
 

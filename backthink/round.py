@@ -9,10 +9,12 @@ reason, recorded by the `Recorder` with one `round.finished` log line.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import uuid
 from collections.abc import Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import structlog
 
@@ -20,7 +22,7 @@ from backthink import gate
 from backthink.config import Settings
 from backthink.delivery import Dispatcher, Handoff
 from backthink.echo import reject_echo, reject_prompt_echo
-from backthink.errors import ModelError, StoreError
+from backthink.errors import ModelError, StoreError, ToolsRefusedError
 from backthink.footer import parse_footer, private_thought, suppression_reason
 from backthink.journal import MemoryBlock, journal_share
 from backthink.models import (
@@ -34,7 +36,7 @@ from backthink.models import (
     SessionView,
 )
 from backthink.pause import Pauses
-from backthink.ports import Clock, MemoryStore, MessageStore, ModelClient
+from backthink.ports import Clock, MemoryStore, MessageStore, ModelClient, RoundStore
 from backthink.record import (
     INTERRUPTED_NOTE,
     Ending,
@@ -45,6 +47,9 @@ from backthink.record import (
 )
 from backthink.request import Request, RequestBuilder
 from backthink.state import FUTURE_SKEW
+from backthink.tools import Tool, ToolBox
+from backthink.tools.builtin import RoundContext, builtin_tools
+from backthink.tools.loop import LoopResult, Stop, run_tool_loop
 
 log = structlog.get_logger("backthink.round")
 
@@ -54,6 +59,10 @@ PUSH_LOOKBACK_SPARE = 4
 # The most recent pushes the gate ever reads: enough for a daily cap or an
 # unanswered limit up to 30, and a read that stays cheap whatever the settings.
 MAX_PUSH_LOOKBACK = 64
+# An endpoint that refused tool definitions gets plain rounds this long, then is asked again.
+TOOLS_REFUSAL_HOLD = timedelta(days=1)
+# Marks that belong to an endpoint, not to an owner, are kept under this owner id.
+ENDPOINT_MARKS = "*"
 
 
 class Thinker:
@@ -71,6 +80,7 @@ class Thinker:
         clock: Clock,
         memories: MemoryStore | None = None,
         pauses: Pauses | None = None,
+        rounds: RoundStore | None = None,
         model_missing_hint: str = "no model endpoint configured",
     ) -> None:
         self._settings = settings
@@ -84,6 +94,12 @@ class Thinker:
         self._model_missing_hint = model_missing_hint
         self._pauses = pauses
         self._in_flight: set[str] = set()
+        self._rounds = rounds
+        m = settings.model
+        endpoint = f"{m.base_url}\n{m.name}".encode()
+        self._refusal_mark = "tools_refused:" + hashlib.sha256(endpoint).hexdigest()[:16]
+        self._tools_refused_at: datetime | None = None
+        self._refusal_read = False
 
     def connected(self) -> list[str]:
         """Names of the channels that can deliver now, in configuration order."""
@@ -128,6 +144,8 @@ class Thinker:
                     ending = Ending(Outcome.FAILED, Reason.INTERNAL_ERROR)
                 finally:
                     self._in_flight.discard(owner_id)
+                # Tool calls made before the round ended stay on its record, however it ended.
+                ending.tools = ending.tools or progress.tools
             record = round_record(start, ending, finished=self._clock.now())
             await self._recorder.save(record)
             return record
@@ -164,16 +182,22 @@ class Thinker:
             return Ending(
                 Outcome.FAILED, Reason.MODEL_ERROR, notes=[*notes, self._model_missing_hint]
             )
+        asked = LoopResult(reply=None, uses=progress.tools)
         try:
-            reply = await self._model.complete(request.messages)
+            await self._ask(start, request, _latest_credible(view, start.started), asked, notes)
         except ModelError as exc:
-            return Ending(Outcome.FAILED, exc.reason, notes=[*notes, str(exc)])
+            return Ending(Outcome.FAILED, exc.reason, notes=[*notes, str(exc)], tools=asked.uses)
+        reply = asked.reply
+        assert reply is not None  # _ask returns only with a reply
         progress.reply = reply
         notes.extend(reply.notes)
         await self._keep_thought(start, reply, notes)
+        if asked.stop is not None:
+            stopped = Reason.TOOL_LIMIT if asked.stop is Stop.TOOL_LIMIT else Reason.OWNER_ACTIVE
+            return Ending(Outcome.SUPPRESSED, stopped, reply=reply, notes=notes, tools=asked.uses)
 
         decision = parse_footer(reply.text, max_body_chars=g.max_body_chars)
-        decision = reject_echo(decision, request.untrusted())
+        decision = reject_echo(decision, [*request.untrusted(), *asked.results])
         decision = reject_prompt_echo(decision, request.prompt)
         notes.extend(decision.problems)
         progress.decision = decision
@@ -224,6 +248,100 @@ class Thinker:
             failure = [*notes, sent.error] if sent.error else notes
             return Ending(Outcome.FAILED, Reason.DELIVERY_FAILED, decision, reply, channel, failure)
         return Ending(Outcome.DELIVERED, channel, decision, reply, channel, notes)
+
+    async def _ask(
+        self,
+        start: RoundStart,
+        request: Request,
+        seen_owner_at: datetime | None,
+        result: LoopResult,
+        notes: list[str],
+    ) -> None:
+        """Get the round's final reply into `result`: one plain call, or the bounded tool loop.
+
+        Raises:
+            ModelError: the endpoint failed (a refusal of tools is answered with a plain call).
+        """
+        assert self._model is not None
+        t = self._settings.tools
+        if not t.enabled or t.max_steps <= 0 or t.max_calls <= 0 or await self._tools_refused():
+            result.reply = await self._model.complete(request.messages)
+            return
+        async with AsyncExitStack() as stack:
+            box = await self._toolbox(start, stack, notes)
+
+            async def owner_spoke() -> bool:
+                return await self._owner_spoke(start, seen_owner_at)
+
+            try:
+                await run_tool_loop(
+                    self._model,
+                    request.messages,
+                    box,
+                    result,
+                    max_steps=t.max_steps,
+                    max_calls=t.max_calls,
+                    owner_spoke=owner_spoke,
+                )
+            except ToolsRefusedError as exc:
+                log.warning("round.tools_refused")
+                await self._refuse_tools(start.started)
+                notes.append(f"tools_refused: {exc}; plain rounds for a day")
+                result.reply = await self._model.complete(request.messages)
+
+    async def _toolbox(self, start: RoundStart, stack: AsyncExitStack, notes: list[str]) -> ToolBox:
+        """The built-in tools and those of the configured MCP servers, for one round."""
+        t = self._settings.tools
+        names: list[str] = []
+        context = RoundContext(
+            owner_id=start.owner_id,
+            round_id=start.id,
+            tz=self._settings.owner.tz,
+            clock=self._clock.now,
+            channels=self.connected,
+            configured_channels=list(self._settings.channels),
+        )
+        tools: list[Tool] = []
+        if self._rounds is not None:
+            tools += builtin_tools(self._memories, self._rounds, context, lambda: names)
+        if t.mcp:
+            # Imported only when configured: the SDK is a large import the idle daemon skips.
+            from backthink.tools.mcp import open_mcp_tools
+
+            served, problems = await open_mcp_tools(
+                t.mcp, stack=stack, timeout_s=t.timeout.total_seconds()
+            )
+            tools += served
+            notes.extend(problems)
+        names.extend(tool.spec.name for tool in tools)
+        return ToolBox(
+            tools, timeout_s=t.timeout.total_seconds(), max_result_chars=t.max_result_chars
+        )
+
+    async def _owner_spoke(self, start: RoundStart, seen: datetime | None) -> bool:
+        """Whether the owner wrote in the main session since the round read its history."""
+        activity = await self._messages.owner_activity(start.owner_id, messages=1, pushes=0)
+        if not activity.owner_messages:
+            return False
+        latest = activity.owner_messages[0][1]
+        if latest > self._clock.now() + FUTURE_SKEW:
+            return False  # mis-dated: no sign of anyone writing now
+        return seen is None or latest > seen
+
+    async def _tools_refused(self) -> bool:
+        """Whether this endpoint and model refused tools less than `TOOLS_REFUSAL_HOLD` ago."""
+        if not self._refusal_read and self._rounds is not None:
+            self._refusal_read = True
+            self._tools_refused_at = await self._rounds.marked_at(
+                ENDPOINT_MARKS, self._refusal_mark
+            )
+        at = self._tools_refused_at
+        return at is not None and self._clock.now() - at < TOOLS_REFUSAL_HOLD
+
+    async def _refuse_tools(self, at: datetime) -> None:
+        self._tools_refused_at = at
+        if self._rounds is not None:
+            await self._rounds.mark(ENDPOINT_MARKS, self._refusal_mark, at)
 
     async def _recollect(self, owner_id: str, window: Sequence[Message]) -> MemoryBlock:
         """The latest thoughts and what the window recalls, within `memory.max_chars`.

@@ -6,12 +6,14 @@ them behaves exactly like a production round minus the I/O.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from backthink.app import build_app
 from backthink.config import Settings
@@ -24,12 +26,14 @@ from backthink.models import (
     OutgoingMessage,
     RoundState,
     StateReading,
+    ToolCall,
 )
 from backthink.ports import Channel, MemoryStore, MessageStore, ModelClient
 from backthink.round import Thinker
 from backthink.store.memory import MemoryMessageStore, MemoryOutbox, MemoryRoundStore
 
 __all__ = [
+    "Calls",
     "FailingModel",
     "FakeClock",
     "MemoryMessageStore",
@@ -72,35 +76,72 @@ class FakeClock:
         self._now = at
 
 
+@dataclass(frozen=True)
+class Calls:
+    """A scripted reply that asks for tools: (name, arguments) pairs, with optional text.
+
+    Arguments given as a string are sent as written (so a test can send broken JSON).
+    """
+
+    calls: Sequence[tuple[str, Mapping[str, object] | str]]
+    text: str = ""
+
+    def reply(self, model: str, turn: int) -> ModelReply:
+        """The ModelReply of this entry; call ids are unique per turn."""
+        return ModelReply(
+            text=self.text,
+            tool_calls=[
+                ToolCall(
+                    id=f"call_{turn}_{i}",
+                    name=name,
+                    arguments=args if isinstance(args, str) else json.dumps(args),
+                )
+                for i, (name, args) in enumerate(self.calls)
+            ],
+            model=model,
+            prompt_tokens=10,
+            completion_tokens=5,
+            latency_ms=0.0,
+        )
+
+
 class ScriptedModel:
     """A model that answers from a script and records every request.
 
-    Each script entry is a reply text or an exception to raise. A call with
-    nothing left in the script fails the test loudly instead of inventing a reply.
+    Each script entry is a reply text, a `Calls` (a reply asking for tools), or
+    an exception to raise. A call with nothing left in the script fails the
+    test loudly instead of inventing a reply. `offered` keeps the tool names
+    each call offered.
     """
 
-    def __init__(self, *script: str | Exception, name: str = "scripted") -> None:
+    def __init__(self, *script: str | Calls | Exception, name: str = "scripted") -> None:
         self._script = list(script)
         self._name = name
         self.calls: list[list[ModelMessage]] = []
+        self.offered: list[list[str]] = []
 
     @property
     def model_name(self) -> str:
         """The model name recorded with rounds."""
         return self._name
 
-    def push(self, *entries: str | Exception) -> None:
+    def push(self, *entries: str | Calls | Exception) -> None:
         """Append replies to the script."""
         self._script.extend(entries)
 
-    async def complete(self, messages: Sequence[ModelMessage]) -> ModelReply:
+    async def complete(
+        self, messages: Sequence[ModelMessage], *, tools: Sequence[Mapping[str, Any]] = ()
+    ) -> ModelReply:
         """Return (or raise) the next scripted entry."""
         self.calls.append(list(messages))
+        self.offered.append([tool["function"]["name"] for tool in tools])
         if not self._script:
             raise AssertionError(f"unexpected model call #{len(self.calls)}: the script is empty")
         entry = self._script.pop(0)
         if isinstance(entry, Exception):
             raise entry
+        if isinstance(entry, Calls):
+            return entry.reply(self._name, len(self.calls))
         prompt = sum(len(m.text) for m in messages) // 4
         return ModelReply(
             text=entry,
@@ -123,7 +164,9 @@ class FailingModel(ScriptedModel):
         super().__init__()
         self._error = error
 
-    async def complete(self, messages: Sequence[ModelMessage]) -> ModelReply:
+    async def complete(
+        self, messages: Sequence[ModelMessage], *, tools: Sequence[Mapping[str, Any]] = ()
+    ) -> ModelReply:
         """Record the call and raise."""
         self.calls.append(list(messages))
         raise self._error

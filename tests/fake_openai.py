@@ -107,7 +107,19 @@ class NullContent:
     delay_s: float = 0.0
 
 
-ScriptItem = Reply | Fail | Malformed | EmptyChoices | NullContent
+@dataclass(frozen=True)
+class ToolCalls:
+    """Answer with tool calls: (name, arguments) pairs; arguments given as text are sent as is.
+
+    `text` goes into the content beside the calls (None sends null, as most servers do).
+    """
+
+    calls: tuple[tuple[str, Any], ...]
+    text: str | None = None
+    delay_s: float = 0.0
+
+
+ScriptItem = Reply | Fail | Malformed | EmptyChoices | NullContent | ToolCalls
 
 
 @dataclass(frozen=True)
@@ -145,7 +157,8 @@ def item_from_json(value: Any) -> ScriptItem:
 
     Accepted forms: ``"text"``; ``{"text": ..., "delay_s": ..., "reasoning": ...}``;
     ``{"status": 500, "retry_after_s": ...}``; ``{"malformed": true}``;
-    ``{"empty_choices": true}``; ``{"null_content": true}``. Any of them may carry
+    ``{"empty_choices": true}``; ``{"null_content": true}``;
+    ``{"tool_calls": [["name", {...}], ...], "content": ...}``. Any of them may carry
     ``delay_s``.
 
     Raises:
@@ -177,6 +190,9 @@ def item_from_json(value: Any) -> ScriptItem:
         return EmptyChoices(delay_s=delay_s)
     if value.get("null_content"):
         return NullContent(reasoning=value.get("reasoning"), delay_s=delay_s)
+    if "tool_calls" in value:
+        calls = tuple((str(name), args) for name, args in value["tool_calls"])
+        return ToolCalls(calls, value.get("content"), delay_s)
     raise ValueError(f"unknown script item {value!r}")
 
 
@@ -491,11 +507,25 @@ class FakeOpenAI:
         }
         if isinstance(item, EmptyChoices):
             return JSONResponse(completion)
-        text = item.text if isinstance(item, Reply) else None
+        text = item.text if isinstance(item, Reply | ToolCalls) else None
         message: dict[str, Any] = {"role": "assistant", "content": text}
-        if item.reasoning is not None:
+        finish = "stop"
+        if isinstance(item, ToolCalls):
+            finish = "tool_calls"
+            message["tool_calls"] = [
+                {
+                    "id": f"call_{next(self._ids)}",
+                    "type": "function",
+                    "function": {
+                        "name": name,
+                        "arguments": args if isinstance(args, str) else json.dumps(args),
+                    },
+                }
+                for name, args in item.calls
+            ]
+        elif item.reasoning is not None:
             message["reasoning_content"] = item.reasoning
-        completion["choices"] = [{"index": 0, "message": message, "finish_reason": "stop"}]
+        completion["choices"] = [{"index": 0, "message": message, "finish_reason": finish}]
         if not isinstance(item, Reply) or item.usage:
             prompt = " ".join(_message_text(m) for m in recorded.body.get("messages") or [])
             completion_tokens = rough_tokens(text) if text else 0

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from backthink.app import build_app
 from backthink.config import Settings
@@ -49,10 +50,12 @@ class DayModel(ScriptedModel):
         super().__init__()
         self.stall: asyncio.Event | None = None
 
-    async def complete(self, messages: Sequence[ModelMessage]) -> ModelReply:
+    async def complete(
+        self, messages: Sequence[ModelMessage], *, tools: Sequence[Mapping[str, Any]] = ()
+    ) -> ModelReply:
         if self.stall is not None:
             await self.stall.wait()
-        return await super().complete(messages)
+        return await super().complete(messages, tools=tools)
 
 
 class FlakyProactiveStore(SqlMessageStore):

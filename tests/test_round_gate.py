@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -149,11 +150,13 @@ class ReplyingOwnerModel(ScriptedModel):
         super().__init__(reply)
         self.holder = r_holder
 
-    async def complete(self, messages: Sequence[ModelMessage]) -> ModelReply:
+    async def complete(
+        self, messages: Sequence[ModelMessage], *, tools: Sequence[Mapping[str, Any]] = ()
+    ) -> ModelReply:
         r = self.holder[0]
         r.clock.advance(timedelta(seconds=20))
         await say(r, "我回来了", ago=timedelta(0))
-        return await super().complete(messages)
+        return await super().complete(messages, tools=tools)
 
 
 async def test_owner_message_during_thinking_suppresses() -> None:
@@ -227,9 +230,11 @@ class SlowModel(ScriptedModel):
         super().__init__(*replies)
         self.release = release
 
-    async def complete(self, messages: Sequence[ModelMessage]) -> ModelReply:
+    async def complete(
+        self, messages: Sequence[ModelMessage], *, tools: Sequence[Mapping[str, Any]] = ()
+    ) -> ModelReply:
         await self.release.wait()
-        return await super().complete(messages)
+        return await super().complete(messages, tools=tools)
 
 
 async def test_single_flight_per_owner() -> None:

@@ -24,12 +24,14 @@ def round_values(record: RoundRecord) -> dict[str, Any]:
     values["outcome"] = record.outcome.value
     values["urgency"] = record.urgency.value if record.urgency is not None else None
     values["notes"] = json.dumps(list(record.notes), ensure_ascii=False)
+    values["tools"] = json.dumps([use.model_dump() for use in record.tools])
     return values
 
 
 def _to_record(row: RowMapping) -> RoundRecord:
     values = {name: row[name] for name in RoundRecord.model_fields}
     values["notes"] = json.loads(row["notes"])
+    values["tools"] = json.loads(row["tools"])
     return RoundRecord.model_validate(values)
 
 

@@ -1,0 +1,157 @@
+"""Tools a round may call before it writes its footer: the built-ins and MCP servers' tools.
+
+A `Tool` is a name, a short JSON schema and an async call. A `ToolBox` holds
+the tools of one round and runs calls the model asked for, each bounded in
+time and in the size of its result; whatever goes wrong inside a tool comes
+back as an error result for the model, never as an exception for the round.
+Tool output is outside text: the round treats it like the owner's messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import structlog
+
+from backthink.models import ToolCall, ToolUse
+
+log = structlog.get_logger("backthink.tools")
+
+CUT_MARKER = "\n…[{} characters cut]…\n"
+HEAD_SHARE = 0.75
+"""A result cut to size keeps this share of its room from the head, the rest from the tail."""
+MAX_ARGUMENT_CHARS = 8_000
+"""Arguments longer than this are refused unread: no tool of a round needs more."""
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """What the model is told about a tool: its name as offered, a description, a JSON schema."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any] = field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
+
+    def definition(self) -> dict[str, Any]:
+        """The chat-completions `tools` entry of this tool."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": dict(self.parameters),
+            },
+        }
+
+
+class ToolError(Exception):
+    """A tool could not do what was asked; the message is told to the model as the result."""
+
+
+class Tool(Protocol):
+    """One callable tool."""
+
+    @property
+    def spec(self) -> ToolSpec:
+        """How the tool is offered to the model."""
+        ...
+
+    async def call(self, arguments: dict[str, Any]) -> str:
+        """Run the tool with the model's arguments and return its result as text.
+
+        Raises:
+            ToolError: the tool refused or failed; the message goes to the model.
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What one call returned to the model, and its audit entry."""
+
+    text: str
+    use: ToolUse
+
+
+def cut_result(text: str, limit: int) -> str:
+    """Cut a result to `limit` characters, keeping its head and its tail around a marker."""
+    if len(text) <= limit:
+        return text
+    marker = CUT_MARKER.format(len(text) - limit)
+    room = max(limit - len(marker), 0)
+    head = int(room * HEAD_SHARE)
+    tail = room - head
+    return text[:head] + marker + (text[len(text) - tail :] if tail else "")
+
+
+class ToolBox:
+    """The tools of one round, and the bounded way each call runs."""
+
+    def __init__(self, tools: Sequence[Tool], *, timeout_s: float, max_result_chars: int) -> None:
+        """Offer `tools` (names must be unique) with per-call bounds."""
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            name = tool.spec.name
+            if name in self._tools:
+                raise ValueError(f"two tools are offered as {name!r}")
+            self._tools[name] = tool
+        self._timeout_s = timeout_s
+        self._max_result_chars = max_result_chars
+        self._done: dict[tuple[str, str], str] = {}
+
+    @property
+    def specs(self) -> list[ToolSpec]:
+        """Every tool's spec, in the order they were given."""
+        return [tool.spec for tool in self._tools.values()]
+
+    def __bool__(self) -> bool:
+        return bool(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    async def run(self, call: ToolCall) -> ToolResult:
+        """Run one call; every failure becomes an error result, never an exception."""
+        started = time.perf_counter()
+        ok, text = await self._outcome(call)
+        ms = round((time.perf_counter() - started) * 1000, 1)
+        if not ok:
+            text = f"error: {text}"
+        use = ToolUse(name=call.name, ok=ok, ms=ms, args_chars=len(call.arguments))
+        log.info("tool.called", tool=call.name, ok=ok, ms=ms)
+        return ToolResult(cut_result(text, self._max_result_chars), use)
+
+    async def _outcome(self, call: ToolCall) -> tuple[bool, str]:
+        tool = self._tools.get(call.name)
+        if tool is None:
+            return False, f"there is no tool named {call.name[:64]!r}"
+        if len(call.arguments) > MAX_ARGUMENT_CHARS:
+            return False, f"arguments longer than {MAX_ARGUMENT_CHARS} characters"
+        try:
+            arguments = json.loads(call.arguments or "{}")
+        except ValueError:
+            return False, "the arguments are not valid JSON"
+        if not isinstance(arguments, dict):
+            return False, "the arguments must be a JSON object"
+        key = (call.name, json.dumps(arguments, sort_keys=True, ensure_ascii=False))
+        if key in self._done:
+            # The same call twice in one round learns nothing new: answer from the first.
+            return True, self._done[key]
+        try:
+            text = await asyncio.wait_for(tool.call(arguments), self._timeout_s)
+        except TimeoutError:
+            return False, f"the tool did not answer within {self._timeout_s:g} s"
+        except ToolError as exc:
+            return False, str(exc) or "the tool failed"
+        except Exception as exc:  # a tool's own bug must not end the round
+            log.warning("tool.crashed", tool=call.name, error_type=type(exc).__name__)
+            return False, f"the tool failed ({type(exc).__name__})"
+        self._done[key] = text
+        return True, text
