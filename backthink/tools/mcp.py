@@ -1,12 +1,14 @@
 """MCP servers' tools for one round: connect, list, offer as NAME__tool, call, close.
 
-Every server is entered on the round's exit stack by the task that runs the
-round, and that same task closes them: the SDK's transports hold anyio cancel
-scopes, which must be left by the task that entered them. Only the handshakes
-(initialize, list_tools) run concurrently, in child tasks that enter nothing.
-A server that fails to start, answer or list becomes a one-line note and the
-round goes on without it. Names, descriptions and results come from outside
-programs: they are cut short and never read as instructions.
+Each server has an owner task that enters, and later leaves, its transport
+and session: the SDK holds anyio cancel scopes there, which must be left by
+the task that entered them, and a transport whose own task fails cancels the
+task that entered it. So a failing server cancels only its owner, never the
+round. The owners start together, so the servers start concurrently, and they
+close together when the round's exit stack closes. A server that fails to
+start, answer or list becomes a one-line note and the round goes on without
+it. Names, descriptions and results come from outside programs: they are cut
+short and never read as instructions.
 """
 
 from __future__ import annotations
