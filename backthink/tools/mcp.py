@@ -1,0 +1,461 @@
+"""MCP servers' tools for one round: connect, list, offer as NAME__tool, call, close.
+
+Each server has an owner task that enters, and later leaves, its transport
+and session: the SDK holds anyio cancel scopes there, which must be left by
+the task that entered them, and a transport whose own task fails cancels the
+task that entered it. So a failing server cancels only its owner, never the
+round. The owners start together, so the servers start concurrently, and they
+close together when the round's exit stack closes. A server that fails to
+start, answer or list becomes a one-line note and the round goes on without
+it. Names, descriptions and results come from outside programs: they are cut
+short and never read as instructions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TextIO
+
+import anyio
+import httpx2
+import structlog
+from anyio.abc import TaskGroup
+from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
+from mcp import types as mcp_types
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp_types.jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+from backthink.config import McpServerSettings
+from backthink.tools import Tool, ToolError, ToolSpec
+
+log = structlog.get_logger("backthink.tools.mcp")
+
+MAX_NAME_CHARS = 64
+"""Chat-completions function names are at most this long."""
+HASH_CHARS = 8
+"""Hex digits of the suffix that keeps a cut or colliding name unique."""
+MAX_DESCRIPTION_CHARS = 300
+MAX_NOTE_CHARS = 160
+MAX_ERROR_CHARS = 300
+MAX_LIST_PAGES = 20
+"""A server that pages its tool list further than this is cut off there."""
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+# Keywords whose value is one schema, a list of schemas, or a name -> schema map; every
+# other keyword (default, enum, const, examples, ...) holds data, copied as it is.
+_SCHEMA_KEYS = frozenset(
+    {"items", "additionalProperties", "not", "if", "then", "else", "contains",
+     "propertyNames", "unevaluatedItems", "unevaluatedProperties", "additionalItems"}
+)  # fmt: skip
+_SCHEMA_LIST_KEYS = frozenset({"anyOf", "oneOf", "allOf", "prefixItems"})
+_SCHEMA_MAP_KEYS = frozenset(
+    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
+)
+
+
+@dataclass
+class _Server:
+    """One connected server as its tools see it."""
+
+    name: str
+    session: ClientSession
+    stopped: str | None = None
+    """Why the server can no longer be called; set by the first call that finds it gone."""
+
+
+class McpTool:
+    """One tool of an MCP server, offered under a prefixed name."""
+
+    def __init__(
+        self, server: _Server, original_name: str, spec: ToolSpec, *, timeout_s: float
+    ) -> None:
+        """Call `original_name` on `server`, offered to the model as `spec`."""
+        self._server = server
+        self._original_name = original_name
+        self._spec = spec
+        self._timeout_s = timeout_s
+
+    @property
+    def spec(self) -> ToolSpec:
+        """How the tool is offered to the model."""
+        return self._spec
+
+    @property
+    def server(self) -> str:
+        """The configured name of the server this tool belongs to."""
+        return self._server.name
+
+    @property
+    def original_name(self) -> str:
+        """The tool's name as its server gives it."""
+        return self._original_name
+
+    async def call(self, arguments: dict[str, Any]) -> str:
+        """Call the tool on its server and render the result as text.
+
+        Raises:
+            ToolError: the tool reported an error, did not answer in time, or its server
+                is gone (then every later call fails at once with the same reason).
+        """
+        server = self._server
+        if server.stopped is not None:
+            raise ToolError(f"server {server.name} stopped: {server.stopped}")
+        try:
+            result = await server.session.call_tool(
+                self._original_name, arguments, read_timeout_seconds=self._timeout_s
+            )
+        except MCPError as exc:
+            if exc.code == REQUEST_TIMEOUT:
+                raise ToolError(f"no answer within {self._timeout_s:g} s") from exc
+            if exc.code == CONNECTION_CLOSED:
+                raise self._stopped("connection closed") from exc
+            raise ToolError(f"server {server.name}: {_short(exc.message)}") from exc
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
+            raise self._stopped("connection closed") from exc
+        except (OSError, httpx2.HTTPError) as exc:
+            raise self._stopped(_reason(exc, self._timeout_s)) from exc
+        except Exception as exc:  # an ExceptionGroup or a schema mismatch: never past the tool
+            raise ToolError(f"server {server.name}: {_reason(exc, self._timeout_s)}") from exc
+        if not isinstance(result, mcp_types.CallToolResult):
+            raise ToolError(f"server {server.name}: unexpected result")
+        text = render_result(result)
+        if result.is_error:
+            raise ToolError(_short(text) or "the tool failed")
+        return text
+
+    def _stopped(self, reason: str) -> ToolError:
+        self._server.stopped = reason
+        log.warning("mcp.stopped", server=self._server.name, reason=reason)
+        return ToolError(f"server {self._server.name} stopped: {reason}")
+
+
+async def open_mcp_tools(
+    servers: Mapping[str, McpServerSettings],
+    *,
+    stack: AsyncExitStack,
+    timeout_s: float,
+    call_timeout_s: float | None = None,
+    errlog_dir: Path | None = None,
+) -> tuple[list[Tool], list[str]]:
+    """Connect every server and return their tools, and a note for each that failed.
+
+    The calling task enters one task group on `stack` and must close `stack`
+    itself. Inside it, each server has an owner task that opens, and later
+    closes, that server's transport and session, so a transport that fails
+    cancels only its owner, never the round. Closing `stack` closes every server
+    concurrently; it never raises for a server and is bounded by the SDK's
+    shutdown (stdin closed, 2 s, SIGTERM to the process group, 2 s, SIGKILL).
+
+    Args:
+        servers: The `[tools.mcp.NAME]` sections, by name.
+        stack: The round's exit stack; the servers live until it closes.
+        timeout_s: Seconds for each server's whole start (connect, initialize, list).
+        call_timeout_s: Seconds for each call; `timeout_s` when not given.
+        errlog_dir: Where stdio servers' stderr goes, as `mcp-NAME.log`, appended;
+            without it, stderr is discarded.
+
+    Returns:
+        The tools, in server order, and notes such as
+        `mcp_unavailable: cal: command not found: nosuchprog`.
+    """
+    if not servers:
+        return [], []
+    call_timeout = timeout_s if call_timeout_s is None else call_timeout_s
+    owners = [_Owner(name, settings) for name, settings in servers.items()]
+    group = await stack.enter_async_context(_Owners(owners))
+    for owner in owners:
+        group.start_soon(owner.run, timeout_s, errlog_dir)
+    for owner in owners:
+        await owner.ready.wait()
+
+    tools: list[Tool] = []
+    notes: list[str] = []
+    taken: set[str] = set()
+    for owner in owners:
+        if owner.failure is not None or owner.server is None:
+            notes.append(_unavailable(owner.name, owner.failure or "stopped at start"))
+            continue
+        allow = owner.settings.allow
+        for tool in owner.listing:
+            if allow is not None and tool.name not in allow:
+                continue
+            spec = ToolSpec(
+                name=offered_name(owner.name, tool.name, taken),
+                description=_description(tool, owner.name),
+                parameters=clean_schema(tool.input_schema),
+            )
+            taken.add(spec.name)
+            tools.append(McpTool(owner.server, tool.name, spec, timeout_s=call_timeout))
+        log.info("mcp.ready", server=owner.name, tools=len(owner.listing))
+    return tools, notes
+
+
+class _Owner:
+    """The task that opens one server, keeps it open for the round, and closes it."""
+
+    def __init__(self, name: str, settings: McpServerSettings) -> None:
+        self.name = name
+        self.settings = settings
+        self.ready = anyio.Event()
+        """Set once the server is listed or has failed."""
+        self.release = anyio.Event()
+        """Set when the round is done with the server."""
+        self.server: _Server | None = None
+        self.listing: list[mcp_types.Tool] = []
+        self.failure: str | None = None
+
+    async def run(self, timeout_s: float, errlog_dir: Path | None) -> None:
+        """Open, list, wait for the release, close; never raises but for cancellation."""
+        try:
+            async with AsyncExitStack() as own:
+                try:
+                    errlog = errlog_dir / f"mcp-{self.name}.log" if errlog_dir else None
+                    session = await _enter(self.settings, own, errlog, timeout_s)
+                    self.listing = await _handshake(session, timeout_s)
+                except Exception as exc:
+                    self._fail(_start_reason(exc, self.settings, timeout_s))
+                    return  # leaving `own` closes what was opened, while the round goes on
+                self.server = _Server(self.name, session)
+                self.ready.set()
+                await self.release.wait()
+        except Exception as exc:
+            # A transport's own task failed: its task group cancelled us and raised here.
+            reason = _reason(exc, timeout_s)
+            if not self.ready.is_set():
+                self._fail(reason)
+            elif not self.release.is_set():
+                log.warning("mcp.stopped", server=self.name, reason=reason)
+            if self.server is not None and self.server.stopped is None:
+                self.server.stopped = reason
+        finally:
+            self.ready.set()
+            if self.server is not None and self.server.stopped is None:
+                self.server.stopped = "closed"
+
+    def _fail(self, reason: str) -> None:
+        self.failure = reason
+        self.ready.set()
+
+
+class _Owners:
+    """The task group of the owners, entered on the round's stack.
+
+    On exit it releases every server and waits for all of them to close. The
+    round's own exception is kept out of the group: anyio would wrap it in an
+    ExceptionGroup, and the round's caller would no longer recognise it.
+    """
+
+    def __init__(self, owners: list[_Owner]) -> None:
+        self._owners = owners
+        self._group = anyio.create_task_group()
+
+    async def __aenter__(self) -> TaskGroup:
+        return await self._group.__aenter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        for owner in self._owners:
+            owner.release.set()
+        if isinstance(exc, Exception):
+            await self._group.__aexit__(None, None, None)
+            return False  # the round's exception goes on as it was raised
+        # Cancellation and interrupts are the group's to handle.
+        return bool(await self._group.__aexit__(exc_type, exc, tb))
+
+
+async def _enter(
+    settings: McpServerSettings, own: AsyncExitStack, errlog: Path | None, timeout_s: float
+) -> ClientSession:
+    """Open the transport and the session of one server on `own`."""
+    if settings.command:
+        params = StdioServerParameters(
+            command=settings.command[0],
+            args=settings.command[1:],
+            env={key: value.get_secret_value() for key, value in settings.env.items()},
+        )
+        read, write = await own.enter_async_context(
+            stdio_client(params, errlog=own.enter_context(_errlog(errlog)))
+        )
+    else:
+        assert settings.url is not None  # the settings hold exactly one of the two
+        # Every HTTP wait is bounded, so closing (a DELETE) cannot hang on a stuck server.
+        client = await own.enter_async_context(
+            create_mcp_http_client(timeout=httpx2.Timeout(timeout_s))
+        )
+        read, write = await own.enter_async_context(
+            streamable_http_client(settings.url, http_client=client)
+        )
+    return await own.enter_async_context(ClientSession(read, write, read_timeout_seconds=timeout_s))
+
+
+def _errlog(path: Path | None) -> TextIO:
+    """A real file for a server's stderr: the child process writes to its descriptor."""
+    if path is None:
+        return open(os.devnull, "w")  # closed by the server's exit stack
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.open("a", encoding="utf-8")
+
+
+async def _handshake(session: ClientSession, timeout_s: float) -> list[mcp_types.Tool]:
+    """Initialize the session and list all its tools, within `timeout_s` in all."""
+    tools: list[mcp_types.Tool] = []
+    # Safe here: this scope encloses only requests, no context the SDK entered.
+    with anyio.fail_after(timeout_s):
+        await session.initialize()
+        cursor: str | None = None
+        for _ in range(MAX_LIST_PAGES):
+            page = await session.list_tools(params=mcp_types.PaginatedRequestParams(cursor=cursor))
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+    return tools
+
+
+def offered_name(server: str, tool: str, taken: set[str]) -> str:
+    """The name a tool is offered under: `server__tool`, safe for chat-completions.
+
+    Characters outside [A-Za-z0-9_-] become `_`. A name longer than 64 characters,
+    or one already in `taken`, is cut and ends in a hash of the server and the
+    original name, so two different tools never share a name.
+    """
+    name = f"{server}__{_UNSAFE.sub('_', tool)}"
+    salt = 0
+    while len(name) > MAX_NAME_CHARS or name in taken:
+        digest = hashlib.sha1(f"{server}\0{tool}\0{salt}".encode()).hexdigest()[:HASH_CHARS]
+        base = f"{server}__{_UNSAFE.sub('_', tool)}"
+        name = f"{base[: MAX_NAME_CHARS - HASH_CHARS - 1]}_{digest}"
+        salt += 1
+    return name
+
+
+def clean_schema(schema: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A tool's input schema without `title` keys, objects always with `properties`."""
+    if not isinstance(schema, Mapping):
+        return {"type": "object", "properties": {}}
+    cleaned = _clean(schema)
+    cleaned.setdefault("type", "object")
+    if cleaned["type"] == "object":
+        cleaned.setdefault("properties", {})
+    return cleaned
+
+
+def _clean(schema: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in _SCHEMA_KEYS and isinstance(value, Mapping):
+            out[key] = _clean(value)
+        elif key in _SCHEMA_LIST_KEYS and isinstance(value, list):
+            out[key] = [_clean(item) if isinstance(item, Mapping) else item for item in value]
+        elif key in _SCHEMA_MAP_KEYS and isinstance(value, Mapping):
+            # Here the keys are property names: a property called "title" stays.
+            out[key] = {
+                sub: _clean(item) if isinstance(item, Mapping) else item
+                for sub, item in value.items()
+            }
+        else:
+            out[key] = value
+    if out.get("type") == "object":
+        out.setdefault("properties", {})
+    return out
+
+
+def _description(tool: mcp_types.Tool, server: str) -> str:
+    text = " ".join((tool.description or "").split())
+    return _short(text, MAX_DESCRIPTION_CHARS) or f"{tool.name} from {server}"
+
+
+def render_result(result: mcp_types.CallToolResult) -> str:
+    """A call's result as text: its text blocks, else its structured content as JSON.
+
+    Blocks that are not text (images, audio, links, binary resources) become
+    one-line placeholders in their place.
+    """
+    parts: list[str] = []
+    has_text = False
+    for block in result.content:
+        if isinstance(block, mcp_types.TextContent):
+            parts.append(block.text)
+            has_text = True
+        elif isinstance(block, mcp_types.EmbeddedResource) and isinstance(
+            block.resource, mcp_types.TextResourceContents
+        ):
+            parts.append(block.resource.text)
+            has_text = True
+        else:
+            parts.append(_placeholder(block))
+    if not has_text and result.structured_content is not None:
+        structured = json.dumps(
+            result.structured_content, ensure_ascii=False, separators=(",", ":"), default=str
+        )
+        parts.insert(0, structured)
+    return "\n".join(parts)
+
+
+def _placeholder(block: mcp_types.ContentBlock) -> str:
+    if isinstance(block, mcp_types.ImageContent | mcp_types.AudioContent):
+        return f"[{block.type} {_short(block.mime_type, 40)}]"
+    if isinstance(block, mcp_types.ResourceLink):
+        return f"[resource link {_short(block.name, 80)}]"
+    if isinstance(block, mcp_types.EmbeddedResource):
+        return f"[resource {_short(block.resource.mime_type or 'binary', 40)}]"
+    return f"[{_short(str(getattr(block, 'type', 'content')), 40)}]"
+
+
+def _unavailable(name: str, reason: str) -> str:
+    note = _short(f"mcp_unavailable: {name}: {reason}", MAX_NOTE_CHARS)
+    log.warning("mcp.unavailable", server=name, reason=reason)
+    return note
+
+
+def _start_reason(exc: Exception, settings: McpServerSettings, timeout_s: float) -> str:
+    """Why a server could not be started: the program's name, never its arguments or env."""
+    program = _short(settings.command[0], 60) if settings.command else ""
+    if isinstance(exc, FileNotFoundError) and program:
+        return f"command not found: {program}"
+    if isinstance(exc, PermissionError) and program:
+        return f"command not executable: {program}"
+    return _reason(exc, timeout_s)
+
+
+def _reason(exc: BaseException, timeout_s: float) -> str:
+    """A short reason for a failure, without URLs, arguments or environment values."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {timeout_s:g} s"
+    if isinstance(exc, MCPError):
+        if exc.code == REQUEST_TIMEOUT:
+            return f"no answer within {timeout_s:g} s"
+        if exc.code == CONNECTION_CLOSED:
+            return "connection closed (the server exited?)"
+        return _short(exc.message, 100)
+    if isinstance(exc, httpx2.ConnectError):
+        return "cannot connect"
+    if isinstance(exc, httpx2.TimeoutException):
+        return f"no answer within {timeout_s:g} s"
+    if isinstance(exc, httpx2.HTTPStatusError):
+        return f"HTTP {exc.response.status_code}"
+    if isinstance(exc, OSError) and exc.strerror:
+        return _short(exc.strerror, 100)
+    return type(exc).__name__
+
+
+def _short(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
