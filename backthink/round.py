@@ -61,6 +61,8 @@ PUSH_LOOKBACK_SPARE = 4
 MAX_PUSH_LOOKBACK = 64
 # An endpoint that refused tool definitions gets plain rounds this long, then is asked again.
 TOOLS_REFUSAL_HOLD = timedelta(days=1)
+# An MCP call may take this share of `tools.timeout`; the tool box cuts it off at the whole.
+MCP_CALL_SHARE = 0.9
 # Marks that belong to an endpoint, not to an owner, are kept under this owner id.
 ENDPOINT_MARKS = "*"
 
@@ -308,8 +310,15 @@ class Thinker:
             # Imported only when configured: the SDK is a large import the idle daemon skips.
             from backthink.tools.mcp import open_mcp_tools
 
+            spill = self._settings.database.spill_path
             served, problems = await open_mcp_tools(
-                t.mcp, stack=stack, timeout_s=t.timeout.total_seconds()
+                t.mcp,
+                stack=stack,
+                timeout_s=t.timeout.total_seconds(),
+                # A little under the tool box's own bound, so the server's clearer
+                # "no answer within" reaches the model first.
+                call_timeout_s=t.timeout.total_seconds() * MCP_CALL_SHARE,
+                errlog_dir=spill.parent if spill is not None else None,
             )
             tools += served
             notes.extend(problems)

@@ -1,0 +1,67 @@
+"""A round that asks an MCP calendar, end to end: a real stdio server, the real CLI, the fake
+endpoint scripted to call the tool, and a reminder pushed from what the calendar said."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import Workdir
+from fake_openai import FakeOpenAI, ToolCalls
+
+CALENDAR = Path(__file__).resolve().parent / "mcp_calendar.py"
+AGENDA = [
+    {"at": "2026-12-03T01:00:00+00:00", "title": "高数期末考试 · 教三 201"},
+    {"at": "2026-12-04T10:00:00+00:00", "title": "组会"},
+]
+BODY = "明早九点教三 201 的高数期末考试，今晚早点睡，准考证记得带上。"
+
+
+def calendar_config(extra: str = "") -> str:
+    command = json.dumps([sys.executable, str(CALENDAR)])
+    agenda = json.dumps(json.dumps(AGENDA, ensure_ascii=False), ensure_ascii=False)
+    return f"""
+[tools]
+timeout = "20s"
+
+[tools.mcp.cal]
+command = {command}
+env = {{ CALENDAR_AGENDA = {agenda} }}
+{extra}
+"""
+
+
+@pytest.mark.slow
+def test_a_round_finds_tomorrows_exam_on_the_calendar_and_pushes(
+    workdir: Workdir, fake: FakeOpenAI
+) -> None:
+    workdir.write_config(calendar_config(), gate={"default_channel": "web"})
+    fake.script(
+        ToolCalls((("cal__agenda_for", {"day": "2026-12-03"}),)),
+        f"明天有考试，提醒一下。\n[我决定:push]\n[紧急:warning]\n{BODY}",
+    )
+    result = workdir.think_json()
+    assert (result["outcome"], result["reason"]) == ("delivered", "web")
+    first, second = fake.chat_requests
+    offered = [t["function"]["name"] for t in first.body["tools"]]
+    assert "cal__agenda_for" in offered and "memory_search" in offered
+    [answer] = [m for m in second.body["messages"] if m["role"] == "tool"]
+    assert answer["content"] == "01:00 高数期末考试 · 教三 201"
+    [record] = json.loads(workdir.cli("rounds", "--json").stdout)
+    assert [(t["name"], t["ok"]) for t in record["tools"]] == [("cal__agenda_for", True)]
+    assert record["decision"]["body"] == BODY
+
+
+@pytest.mark.slow
+def test_a_server_that_does_not_start_is_a_note_and_the_round_goes_on(
+    workdir: Workdir, fake: FakeOpenAI
+) -> None:
+    workdir.write_config('[tools.mcp.gone]\ncommand = ["backthink-no-such-calendar-server"]\n')
+    fake.script("[我决定:no_push]")
+    assert workdir.think_json()["reason"] == "no_push"
+    offered = [t["function"]["name"] for t in fake.chat_requests[0].body["tools"]]
+    assert not any(name.startswith("gone__") for name in offered)
+    [record] = json.loads(workdir.cli("rounds", "--json").stdout)
+    assert any(n.startswith("mcp_unavailable: gone: ") for n in record["notes"])
