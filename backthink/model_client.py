@@ -359,13 +359,13 @@ def request_body(
     auto, is what a round wants, and some servers refuse the field).
     """
     send = settings.vision is not False if images is None else images
-    body: dict[str, Any] = {
-        "model": settings.name,
-        "messages": [_to_payload(message, images=send) for message in messages],
-        "max_tokens": settings.max_tokens,
-    }
+    body: dict[str, Any] = {"model": settings.name}
     if tools:
+        # Before the messages: chat templates write the tools out first, and a body
+        # whose stable parts come first keeps prompt caches (and the bench) honest.
         body["tools"] = [dict(tool) for tool in tools]
+    body["messages"] = [_to_payload(message, images=send) for message in messages]
+    body["max_tokens"] = settings.max_tokens
     return body
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.util
+import json
 import os
 import sys
 import threading
@@ -83,10 +84,13 @@ CONVERSATION: tuple[tuple[str, str, str | None, str | None], ...] = (
 # Older history the typical evening's window recalls, far outside the window, and the
 # memories and thoughts a companion has kept by then: the memory block at its fullest.
 OLDER_FACTS = (
-    "上个月组会老板说 slides 最多十页，讲二十分钟。",
-    "我看中的是一台索尼的微单相机，就是有点贵。",
-    "实验那两组数据上次也怪过，最后发现是传感器没校准。",
-    "周末想去江边拍晚霞，顺便试试新镜头。",
+    "上个月组会老板说 slides 最多十页，讲二十分钟，超时会被打断。",
+    "上次也是周末带上存储卡去试拍，结果电池没电了，白跑一趟。",
+    "明天早上十点的组会要讲新结果，老板很关心那两组数据。",
+    "大纲列出来以后写 slides 就快多了，上次半小时就写完了。",
+    "洗完澡就犯困，上回也是写了一半就趴在桌上睡着了。",
+    "我发现明早精神好的时候效率最高，晚上写东西总是拖。",
+    "Writing the outline first, then the details, worked well last month.",
     "I always get nervous before group meetings, slides take me forever.",
 )
 MEMORIES = (
@@ -102,6 +106,44 @@ THOUGHT = (
     "我已经提醒过早点睡，现在再说就太啰嗦了。等明早组会前再看看要不要轻轻提一句大纲的事，"
     "顺便问问相机看得怎么样了。现在先安静陪着。"
 )
+
+
+def _full_recall_store() -> type:
+    """A memory store whose recall fills its whole budget: the memory block at its bound.
+
+    The real recall is choosy (strong matches of the newest messages only), so a
+    typical window recalls one or two items; the bench measures the most the block
+    can ever cost, with the planted facts (and the memories) as the recalled texts.
+    """
+    from backthink.models import Recalled
+    from backthink.recall import ITEM_CHARS
+    from backthink.store.memory import MemoryMemoryStore
+
+    class Full(MemoryMemoryStore):
+        async def recall(self, owner_id: str, window: Any, **bounds: Any) -> list[Recalled]:
+            found, used = [], 0
+            texts = [*OLDER_FACTS, *(text for _, text in MEMORIES)]
+            for i in range(bounds["limit"]):
+                text = (texts[i % len(texts)] * 4)[:ITEM_CHARS]
+                text = text[: bounds["max_chars"] - used]
+                if not text:
+                    break
+                used += len(text)
+                at = T0 - timedelta(days=30 - i)
+                found.append(
+                    Recalled(
+                        kind="message",
+                        id=i + 1,
+                        text=text,
+                        created_at=at,
+                        score=1.0,
+                        role="user",
+                        origin="chat",
+                    )
+                )
+            return found
+
+    return Full
 
 
 class BodyTap:
@@ -168,10 +210,14 @@ def _text_of(message: dict[str, Any]) -> str:
     return str(content)
 
 
-def real_token_count(messages: Sequence[dict[str, Any]]) -> tuple[int, str] | None:
+def real_token_count(
+    messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] = ()
+) -> tuple[int, str] | None:
     """Tokens of the request under SmolLM2's tokenizer and ChatML template, if both are installed.
 
     Image parts count only as their text part: what an image costs depends on the provider.
+    With `tools`, only the tool definitions are counted, as the JSON a chat template
+    writes them out as.
     """
     path = gguf_path()
     if path is None or importlib.util.find_spec("llama_cpp") is None:
@@ -180,8 +226,11 @@ def real_token_count(messages: Sequence[dict[str, Any]]) -> tuple[int, str] | No
 
     with _quiet_stderr():
         llm = Llama(model_path=str(path), vocab_only=True, verbose=False)
-    rendered = [f"<|im_start|>{m['role']}\n{_text_of(m)}<|im_end|>\n" for m in messages]
-    text = "".join(rendered) + "<|im_start|>assistant\n"
+    if tools:
+        text = json.dumps(list(tools), ensure_ascii=False)
+    else:
+        rendered = [f"<|im_start|>{m['role']}\n{_text_of(m)}<|im_end|>\n" for m in messages]
+        text = "".join(rendered) + "<|im_start|>assistant\n"
     tokens = llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
     return len(tokens), "SmolLM2 tokenizer, ChatML"
 
@@ -203,6 +252,8 @@ async def _two_heartbeats(base_url: str, work: Path, *, memory: bool) -> list[in
     from backthink.store.memory import MemoryMemoryStore
     from backthink.testing import FakeClock, MemoryMessageStore
 
+    full_recall = _full_recall_store()
+
     state = work / "state.json"
     write_state_file(state, at=T0 - timedelta(minutes=10))
     settings = Settings.model_validate(
@@ -210,7 +261,7 @@ async def _two_heartbeats(base_url: str, work: Path, *, memory: bool) -> list[in
     )
     clock = FakeClock(T0)
     messages = MemoryMessageStore()
-    memories = MemoryMemoryStore(messages)
+    memories = (full_recall if memory else MemoryMemoryStore)(messages)
     start = T0 - timedelta(hours=3)
     if memory:
         rng = random.Random(20261202)
@@ -309,9 +360,11 @@ def run(*, quick: bool, rebuild: bool) -> list[Figure]:
     return figures
 
 
+TARGET_TOOL_TOKENS = 600  # prompt tokens the built-in tools' definitions may add
+
+
 def _measure(*, memory: bool) -> tuple[list[Figure], tuple[int, str]]:
     """The figures of two heartbeats, and the request's size (tokens, or characters)."""
-    import json
 
     work = fresh_dir(BENCH_VAR / ("prompt-memory" if memory else "prompt"))
     bodies: list[bytes] = []
@@ -327,7 +380,7 @@ def _measure(*, memory: bool) -> tuple[list[Figure], tuple[int, str]]:
     share = shared / len(second) * 100
     messages = json.loads(second)["messages"]
     chars = sum(len(_text_of(m)) for m in messages)
-    where = "full memory block, new thought" if memory else "no memory yet"
+    where = "memory block at its bound, new thought" if memory else "no memory yet"
     figures = [
         Figure(GROUP, f"messages in the request, {where}", str(len(messages)), "", None),
         Figure(GROUP, f"characters in the messages, {where}", f"{chars:,}", "", None),
@@ -368,6 +421,24 @@ def _measure(*, memory: bool) -> tuple[list[Figure], tuple[int, str]]:
     ]
     tail = second[shared:].decode("utf-8", errors="replace")
     print(f"  {where}: heartbeat 2 differs from here on: {tail[:60]}…")
+    tools = json.loads(second).get("tools") or []
+    if tools and not memory:
+        block = json.dumps(tools, ensure_ascii=False)
+        counted = real_token_count([], tools)
+        value, tokens = (
+            (f"{counted[0]:,} tokens ({counted[1]})", counted[0])
+            if counted is not None
+            else (f"~{len(block) // 4:,} tokens (ESTIMATE: chars/4)", len(block) // 4)
+        )
+        figures.append(
+            Figure(
+                GROUP,
+                f"tool definitions ({len(tools)} built-ins, {len(block):,} chars)",
+                value,
+                f"<= {TARGET_TOOL_TOKENS}",
+                tokens <= TARGET_TOOL_TOKENS,
+            )
+        )
     dump = work / "request.json"
     dump.write_bytes(second)
     print(f"  {where}: the request is in {dump}")
