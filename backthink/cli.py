@@ -127,7 +127,8 @@ def think(
                 from backthink.model_client import request_body
 
                 request = await a.thinker.prepare(owner_id, trigger)
-                return request_body(settings.model, request.messages)
+                tools = await a.thinker.offered_tools(owner_id)
+                return request_body(settings.model, request.messages, tools=tools)
             return await a.thinker.run_round(owner_id, trigger)
 
     result = _run(go())
@@ -161,6 +162,9 @@ def _print_request(body: dict[str, Any], *, has_key: bool) -> None:
     typer.echo(f"Authorization: Bearer {'<redacted>' if has_key else '(no key)'}")
     typer.echo(f"model: {body['model']}")
     typer.echo(f"max_tokens: {body['max_tokens']}")
+    for tool in body.get("tools", []):
+        function = tool["function"]
+        typer.echo(f"tool: {function['name']}: {function['description']}")
     for i, m in enumerate(body["messages"], start=1):
         typer.echo(f"--- {i} {m['role']} ---")
         content = m["content"]

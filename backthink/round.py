@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 import structlog
 
@@ -117,6 +118,22 @@ class Thinker:
         view = await self._messages.session_view(owner_id, self._settings.prompt.recent_messages)
         memory = await self._recollect(owner_id, view.recent)
         return self._requests.build(view.recent, trigger, at, memory=memory)
+
+    async def offered_tools(self, owner_id: str) -> list[dict[str, Any]]:
+        """The tool definitions a round would offer now (MCP servers are asked for theirs).
+
+        Raises:
+            StoreError: whether the endpoint refused tools cannot be read.
+        """
+        if not self._tools_on() or await self._tools_refused():
+            return []
+        async with AsyncExitStack() as stack:
+            box = await self._toolbox(owner_id, "dry-run", stack, [])
+            return [spec.definition() for spec in box.specs]
+
+    def _tools_on(self) -> bool:
+        t = self._settings.tools
+        return t.enabled and t.max_steps > 0 and t.max_calls > 0
 
     async def run_round(self, owner_id: str, trigger: str) -> RoundRecord:
         """Run one round now and return its record; never raises except on cancellation."""
@@ -266,11 +283,11 @@ class Thinker:
         """
         assert self._model is not None
         t = self._settings.tools
-        if not t.enabled or t.max_steps <= 0 or t.max_calls <= 0 or await self._tools_refused():
+        if not self._tools_on() or await self._tools_refused():
             result.reply = await self._model.complete(request.messages)
             return
         async with AsyncExitStack() as stack:
-            box = await self._toolbox(start, stack, notes)
+            box = await self._toolbox(start.owner_id, start.id, stack, notes)
 
             async def owner_spoke() -> bool:
                 return await self._owner_spoke(start, seen_owner_at)
@@ -291,13 +308,15 @@ class Thinker:
                 notes.append(f"tools_refused: {exc}; plain rounds for a day")
                 result.reply = await self._model.complete(request.messages)
 
-    async def _toolbox(self, start: RoundStart, stack: AsyncExitStack, notes: list[str]) -> ToolBox:
+    async def _toolbox(
+        self, owner_id: str, round_id: str, stack: AsyncExitStack, notes: list[str]
+    ) -> ToolBox:
         """The built-in tools and those of the configured MCP servers, for one round."""
         t = self._settings.tools
         names: list[str] = []
         context = RoundContext(
-            owner_id=start.owner_id,
-            round_id=start.id,
+            owner_id=owner_id,
+            round_id=round_id,
             tz=self._settings.owner.tz,
             clock=self._clock.now,
             channels=self.connected,

@@ -158,9 +158,11 @@ async def run_day(url: str) -> list[RoundRecord]:
     model.push(push("路上注意安全。"))
     original = model.complete
 
-    async def owner_interrupts(msgs: Sequence[ModelMessage]) -> ModelReply:
+    async def owner_interrupts(
+        msgs: Sequence[ModelMessage], *, tools: Sequence[Mapping[str, Any]] = ()
+    ) -> ModelReply:
         await owner_says("到公司了", "phone")
-        return await original(msgs)
+        return await original(msgs, tools=tools)
 
     model.complete = owner_interrupts  # type: ignore[method-assign]
     await heartbeat()

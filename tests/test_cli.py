@@ -96,6 +96,7 @@ def test_rounds_shows_the_audit_log(workdir: Workdir, fake: FakeOpenAI) -> None:
         "urgency",
         "tokens",
         "ms",
+        "tools",
     ]
     assert "startup" in table[1] and "no_route" in table[1]
     assert "heartbeat" in table[2] and "no_push" in table[2]
@@ -110,17 +111,23 @@ def test_dry_run_calls_nothing(workdir: Workdir, fake: FakeOpenAI) -> None:
     workdir.cli("messages", "add", "--role", "user", "--text", "在吗")
     out = workdir.cli("think", "--dry-run").stdout
     head = out.split("--- 1 system ---")[0].splitlines()
-    assert head == [
+    assert head[:4] == [
         "POST /chat/completions",
         "Authorization: Bearer <redacted>",
         "model: fake-model",
         "max_tokens: 400",
     ]
+    assert [line.split(":")[1].strip() for line in head[4:]] == [
+        "memory_search",
+        "remember",
+        "capability_list",
+        "recent_rounds",
+    ]
     assert "--- 2 system ---\n[时间] " in out and "--- 3 user ---\n在吗" in out
     assert "触发：定时心跳" in out
     assert KEY not in out
     body = json.loads(workdir.cli("think", "--dry-run", "--json").stdout)
-    assert set(body) == {"model", "messages", "max_tokens"}
+    assert set(body) == {"model", "tools", "messages", "max_tokens"}
     assert (body["model"], body["max_tokens"]) == ("fake-model", 400)
     assert [m["role"] for m in body["messages"]] == ["system", "system", "user", "user"]
     assert body["messages"][2] == {"role": "user", "content": "在吗"}
