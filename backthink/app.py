@@ -10,7 +10,7 @@ resources a real process needs (the database, the model client) on one
 from __future__ import annotations
 
 import gc
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -44,6 +44,7 @@ from backthink.store import (
     MemoryRoundStore,
     open_database,
 )
+from backthink.tools import Tool
 
 if TYPE_CHECKING:
     from backthink.model_client import OpenAIModelClient
@@ -150,6 +151,7 @@ def build_app(
     sleep: Sleep | None = None,
     spill: Spill | None = None,
     memories: MemoryStore | None = None,
+    tools: Sequence[Tool] = (),
 ) -> App:
     """Wire the whole object graph; every part not given is built from `settings`.
 
@@ -158,7 +160,8 @@ def build_app(
     senders instead of those the settings configure; a configured channel of
     type web that is not among them stays the main session's own channel.
     `model=None` means no endpoint is configured (rounds then fail with a
-    clear note). `spill` keeps round records the database refuses.
+    clear note). `spill` keeps round records the database refuses. `tools` are
+    offered beside the built-in and MCP tools (an embedding program's own).
 
     Raises:
         ConfigError: templates, persona prompt or a channel's settings cannot work.
@@ -208,6 +211,7 @@ def build_app(
         memories=memories,
         pauses=pauses,
         rounds=rounds,
+        tools=tools,
         model_missing_hint=MODEL_MISSING_HINT,
     )
     return App(

@@ -84,6 +84,7 @@ class Thinker:
         memories: MemoryStore | None = None,
         pauses: Pauses | None = None,
         rounds: RoundStore | None = None,
+        tools: Sequence[Tool] = (),
         model_missing_hint: str = "no model endpoint configured",
     ) -> None:
         self._settings = settings
@@ -98,6 +99,7 @@ class Thinker:
         self._pauses = pauses
         self._in_flight: set[str] = set()
         self._rounds = rounds
+        self._extra_tools = list(tools)
         m = settings.model
         endpoint = f"{m.base_url}\n{m.name}".encode()
         self._refusal_mark = "tools_refused:" + hashlib.sha256(endpoint).hexdigest()[:16]
@@ -307,6 +309,8 @@ class Thinker:
                 await self._refuse_tools(start.started)
                 notes.append(f"tools_refused: {exc}; plain rounds for a day")
                 result.reply = await self._model.complete(request.messages)
+            finally:
+                notes.extend(box.notes)
 
     async def _toolbox(
         self, owner_id: str, round_id: str, stack: AsyncExitStack, notes: list[str]
@@ -325,6 +329,7 @@ class Thinker:
         tools: list[Tool] = []
         if self._rounds is not None:
             tools += builtin_tools(self._memories, self._rounds, context, lambda: names)
+        tools += self._extra_tools
         if t.mcp:
             # Imported only when configured: the SDK is a large import the idle daemon skips.
             from backthink.tools.mcp import open_mcp_tools

@@ -31,6 +31,7 @@ from backthink.models import (
 from backthink.ports import Channel, MemoryStore, MessageStore, ModelClient
 from backthink.round import Thinker
 from backthink.store.memory import MemoryMessageStore, MemoryOutbox, MemoryRoundStore
+from backthink.tools import Tool
 
 __all__ = [
     "Calls",
@@ -242,6 +243,7 @@ def make_rig(
     prompts_dir: Path | None = None,
     persona_prompt: str = "",
     memories: MemoryStore | None = None,
+    tools: Sequence[Tool] = (),
 ) -> Rig:
     """Build the app on in-memory stores; channels default to one connected sender `web`."""
     clock = clock or FakeClock()
@@ -265,6 +267,7 @@ def make_rig(
         persona_prompt=persona_prompt,
         sleep=no_sleep,
         memories=memories,
+        tools=tools,
     )
     return Rig(
         app.thinker,

@@ -65,3 +65,21 @@ def test_a_server_that_does_not_start_is_a_note_and_the_round_goes_on(
     assert not any(name.startswith("gone__") for name in offered)
     [record] = json.loads(workdir.cli("rounds", "--json").stdout)
     assert any(n.startswith("mcp_unavailable: gone: ") for n in record["notes"])
+
+
+@pytest.mark.slow
+def test_a_server_that_dies_mid_round_is_a_note_and_the_round_goes_on(
+    workdir: Workdir, fake: FakeOpenAI
+) -> None:
+    workdir.write_config(calendar_config())
+    fake.script(
+        ToolCalls((("cal__crash", {}),)),
+        ToolCalls((("cal__agenda_for", {"day": "2026-12-03"}),)),
+        "[我决定:no_push]",
+    )
+    assert workdir.think_json()["reason"] == "no_push"
+    answers = [m["content"] for r in fake.chat_requests[1:] for m in r.body["messages"]]
+    assert any("server cal stopped" in str(a) for a in answers)
+    [record] = json.loads(workdir.cli("rounds", "--json").stdout)
+    assert [t["ok"] for t in record["tools"]] == [False, False]
+    assert [n for n in record["notes"] if n.startswith("mcp_stopped: cal: ")]

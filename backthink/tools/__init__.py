@@ -52,7 +52,15 @@ class ToolSpec:
 
 
 class ToolError(Exception):
-    """A tool could not do what was asked; the message is told to the model as the result."""
+    """A tool could not do what was asked; the message is told to the model as the result.
+
+    A `note` is for the round's record: something its owner should know (a
+    server that stopped), said once per round however often it happens.
+    """
+
+    def __init__(self, message: str, *, note: str | None = None) -> None:
+        super().__init__(message)
+        self.note = note
 
 
 class Tool(Protocol):
@@ -105,6 +113,8 @@ class ToolBox:
         self._timeout_s = timeout_s
         self._max_result_chars = max_result_chars
         self._done: dict[tuple[str, str], str] = {}
+        self.notes: list[str] = []
+        """Notes for the round's record that calls raised, each once."""
 
     @property
     def specs(self) -> list[ToolSpec]:
@@ -149,6 +159,8 @@ class ToolBox:
         except TimeoutError:
             return False, f"the tool did not answer within {self._timeout_s:g} s"
         except ToolError as exc:
+            if exc.note is not None and exc.note not in self.notes:
+                self.notes.append(exc.note)
             return False, str(exc) or "the tool failed"
         except Exception as exc:  # a tool's own bug must not end the round
             log.warning("tool.crashed", tool=call.name, error_type=type(exc).__name__)

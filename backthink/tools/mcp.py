@@ -135,7 +135,10 @@ class McpTool:
     def _stopped(self, reason: str) -> ToolError:
         self._server.stopped = reason
         log.warning("mcp.stopped", server=self._server.name, reason=reason)
-        return ToolError(f"server {self._server.name} stopped: {reason}")
+        return ToolError(
+            f"server {self._server.name} stopped: {reason}",
+            note=f"mcp_stopped: {self._server.name}: {reason}",
+        )
 
 
 async def open_mcp_tools(
