@@ -253,10 +253,16 @@ class PromptSettings(_Section):
 class StateSettings(_Section):
     """Where the owner's current state comes from."""
 
+    # "" means no state file: the state is unknown every round, and no round notes it.
     file: Path | None = Path("var/state.json")
     max_age: Duration = timedelta(hours=6)
     # bytes: a larger file counts as unknown and is never read whole
     max_bytes: int = Field(default=65_536, ge=256, le=64 * 1024 * 1024)
+
+    @field_validator("file", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
 
 
 class MemorySettings(_Section):

@@ -228,3 +228,10 @@ def test_example_config_documents_every_key() -> None:
             header = lines.index(f"[{section}]")
             line = next(ln for ln in lines[header:] if ln.startswith(f"{key} ="))
             assert "#" in line, f"{section}.{key} has no comment"
+
+
+def test_an_empty_state_file_means_no_state_file() -> None:
+    from backthink.config import Settings
+
+    assert Settings.model_validate({"state": {"file": ""}}).state.file is None
+    assert Settings.model_validate({"state": {"file": "  "}}).state.file is None
