@@ -100,6 +100,22 @@ def journal_share(max_chars: int, *, recall: int) -> int:
     return max_chars if recall <= 0 else max_chars // JOURNAL_SHARE
 
 
+def defuse(text: str) -> str:
+    """Outside text with its footer tags removed and its structure markers unbracketed.
+
+    Lines are kept (a tool's result may be a list); nothing in it can pass for
+    a footer of the reply or for the request's own speaker and time notes.
+    """
+    while True:  # a removed tag may leave brackets that close around a new one
+        stripped = without_tags(text)
+        if stripped == text:
+            break
+        text = stripped
+    for marker in _MARKERS:
+        text = text.replace(marker, marker[1:-1])
+    return text
+
+
 def inert(text: str, limit: int, *, keep_end: bool = False) -> str:
     """One line of at most `limit` characters that no parser of the request reads as markup.
 
@@ -110,14 +126,7 @@ def inert(text: str, limit: int, *, keep_end: bool = False) -> str:
     """
     if limit <= 0:
         return ""
-    while True:  # a removed tag may leave brackets that close around a new one
-        stripped = without_tags(text)
-        if stripped == text:
-            break
-        text = stripped
-    for marker in _MARKERS:
-        text = text.replace(marker, marker[1:-1])
-    text = " ".join(text.split())
+    text = " ".join(defuse(text).split())
     if len(text) <= limit:
         return text
     return "…" + text[len(text) - limit + 1 :] if keep_end else text[: limit - 1] + "…"

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from backthink.journal import defuse
 from backthink.models import ToolCall, ToolUse
 
 log = structlog.get_logger("backthink.tools")
@@ -86,6 +87,8 @@ class ToolResult:
 
     text: str
     use: ToolUse
+    outside: str = ""
+    """The result as the tool wrote it (cut to size), tags and all, for the echo guard."""
 
 
 def cut_result(text: str, limit: int) -> str:
@@ -136,7 +139,10 @@ class ToolBox:
             text = f"error: {text}"
         use = ToolUse(name=call.name, ok=ok, ms=ms, args_chars=len(call.arguments))
         log.info("tool.called", tool=call.name, ok=ok, ms=ms)
-        return ToolResult(cut_result(text, self._max_result_chars), use)
+        # Outside text: no footer tag or speaker marker of it reaches the model as such;
+        # the echo guard still sees it as written, tags being what it looks for.
+        cut = cut_result(text, self._max_result_chars)
+        return ToolResult(defuse(cut), use, outside=cut)
 
     async def _outcome(self, call: ToolCall) -> tuple[bool, str]:
         tool = self._tools.get(call.name)

@@ -38,7 +38,7 @@ class LoopResult:
     reply: ModelReply | None
     uses: list[ToolUse] = field(default_factory=list)
     results: list[str] = field(default_factory=list)
-    """The text of every tool result the model saw, for the echo guard."""
+    """Every tool result as its tool wrote it, for the echo guard."""
     stop: Stop | None = None
     turns: int = 0
 
@@ -100,7 +100,7 @@ async def run_tool_loop(
         ran = await asyncio.gather(*(box.run(call) for call in allowed))
         for call, outcome in zip(allowed, ran, strict=True):
             result.uses.append(outcome.use)
-            result.results.append(outcome.text)
+            result.results.append(outcome.outside)
             conversation.append(ModelMessage(role="tool", text=outcome.text, tool_call_id=call.id))
         for call in reply.tool_calls[len(allowed) :]:
             # Every call needs an answer, or the endpoint refuses the next request.
