@@ -275,8 +275,14 @@ class FakeServerProcess:
 
 
 def push_reply(tag: str) -> str:
-    """A footer deciding a routine push with a body no other reply repeats."""
-    return f"[我决定:push]\n[紧急:routine]\n{tag}：记得起来活动一下，喝点水。"
+    """A footer deciding a routine push with a body no other reply repeats.
+
+    The words vary as a companion's do (a chat line of the benchmark's phrase
+    pool, picked by the tag): eighty pushes of one sentence would make every
+    round recall the seventy-nine before it, which no real history does.
+    """
+    line = message_text(random.Random(tag), assistant=True)
+    return f"[我决定:push]\n[紧急:routine]\n{tag}：{line}"
 
 
 NO_PUSH = "[我决定:no_push]"

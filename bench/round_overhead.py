@@ -69,7 +69,7 @@ async def _measure(
     async with open_app(settings) as app:
         settle_heap()  # as `backthink run` does
         if breakdown:
-            for owner in (app.messages, app.rounds, app.outbox, app.model):
+            for owner in (app.messages, app.rounds, app.outbox, app.model, app.memories):
                 _time_calls(owner, calls)
         for i in range(WARMUP + rounds):
             if i == WARMUP:
