@@ -52,7 +52,7 @@ def layout(title: str, body: str, *, refresh: str | None = None) -> str:
 def timeline_svg(line: DayLine, tz: ZoneInfo, quiet_label: str) -> str:
     """The day as a drawing: quiet hours and owner messages as bands, rounds as linked marks."""
     parts = [
-        f'<svg class="timeline" viewBox="0 0 {WIDTH:g} 110" role="img" '
+        f'<svg class="timeline" viewBox="-12 0 {WIDTH + 24:g} 110" role="img" '
         f'aria-label="rounds of {esc(line.day.isoformat())}">',
         f'<rect class="day" x="0" y="24" width="{WIDTH:g}" height="60"></rect>',
     ]
