@@ -7,6 +7,7 @@ or on a free port. The browser tests (test_web_browser.py) cover the rest.
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -364,3 +365,20 @@ async def test_pages_send_a_strict_content_policy(
     for response in (await client.get("/"), await client.post("/pause")):
         policy = response.headers["content-security-policy"]
         assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy
+
+
+def test_run_says_when_the_page_cannot_listen(workdir: Workdir) -> None:
+    """A `web.listen` address already taken stops `run` with one line naming the key (exit 1)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        workdir.env["BACKTHINK_WEB__LISTEN"] = f"127.0.0.1:{port}"
+        workdir.env["BACKTHINK_DAEMON__SOCKET"] = str(workdir.path / "bt.sock")
+        workdir.env["BACKTHINK_SCHEDULE__STARTUP_GREETING"] = "false"
+        proc = workdir.cli("run", check=False)
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("backthink:")]
+    assert errors == [
+        f"backthink: web.listen '127.0.0.1:{port}': cannot listen: Address already in use"
+    ], proc.stderr

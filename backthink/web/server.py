@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import date, datetime
@@ -326,9 +327,8 @@ async def start_web(app: App, owner_id: str, *, live: Live | None = None) -> Web
     try:
         sock = socket.create_server((host, port), family=family)
     except OSError as exc:
-        raise BackthinkError(
-            f"web.listen {web.listen!r}: cannot listen: {exc.strerror or exc}"
-        ) from None
+        why = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise BackthinkError(f"web.listen {web.listen!r}: cannot listen: {why}") from None
     config = uvicorn.Config(
         build_asgi(app, owner_id, live=live),
         log_config=None,
