@@ -229,7 +229,7 @@ def round_page(
         _reply(r.raw_reply),
         _delivery(delivery),
         _tools(r),
-        _memories_written(written, tz),
+        _memories_written(written),
         _notes(r.notes),
         _request(r.trigger, request, request_problem),
     ]
@@ -284,7 +284,7 @@ def _tools(r: RoundRecord) -> str:
     return f"<h2>Tool calls</h2><ol>{items}</ol>"
 
 
-def _memories_written(written: Sequence[Memory], tz: ZoneInfo) -> str:
+def _memories_written(written: Sequence[Memory]) -> str:
     if not written:
         return ""
     items = "".join(f"<li>{esc(m.kind.value)}: {esc(m.text)}</li>" for m in written)

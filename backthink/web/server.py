@@ -25,7 +25,7 @@ from starlette.routing import Route
 
 from backthink.app import App
 from backthink.errors import BackthinkError, InputError, StoreError
-from backthink.models import MemoryKind, RoundRecord
+from backthink.models import MemoryKind, Message, RoundRecord
 from backthink.pause import parse_pause_duration
 from backthink.status import NOT_CONFIGURED, PENDING_SCAN, Status, model_health
 from backthink.web import pages, static
@@ -127,7 +127,7 @@ class Pages:
         )
         return HTMLResponse(html)
 
-    async def _day_data(self, day: date) -> tuple[list[RoundRecord], list[Any]]:
+    async def _day_data(self, day: date) -> tuple[list[RoundRecord], list[Message]]:
         start, end = day_bounds(day, self._tz)
         records = await self._app.rounds.started_between(self._owner, start, end, limit=DAY_ROUNDS)
         messages = await self._app.messages.between(
