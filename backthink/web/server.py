@@ -78,7 +78,10 @@ class Pages:
         nxt = live.get("next_heartbeat")
         channels = live.get("channels") or {}
         if probe_model:
-            model = await model_health(app.settings.model)
+            from backthink.model_client import OpenAIModelClient  # loaded with the app's model
+
+            own = app.model if isinstance(app.model, OpenAIModelClient) else None
+            model = await model_health(app.settings.model, client=own)
         else:
             model = app.settings.model.name if app.model is not None else NOT_CONFIGURED
         return Status(
