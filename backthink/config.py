@@ -333,6 +333,63 @@ class DaemonSettings(_Section):
     max_concurrent_rounds: int = Field(default=64, ge=1, le=10_000)
 
 
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+class WebSettings(_Section):
+    """The daemon's own page: off unless `listen` names an address."""
+
+    listen: str = ""
+    token: SecretStr | None = None
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        value = value.strip()
+        if value:
+            split_listen(value)
+        return value
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        """The (host, port) to listen on, or None when the page is off."""
+        return split_listen(self.listen) if self.listen else None
+
+    @property
+    def secret(self) -> str | None:
+        """The token, or None when none is set (an empty string is none)."""
+        token = self.token.get_secret_value() if self.token is not None else ""
+        return token or None
+
+    def check_serving(self) -> None:
+        """Refuse a page on a non-loopback address without a token.
+
+        Raises:
+            ConfigError: `listen` is not a loopback address and no `token` is set.
+        """
+        address = self.address
+        if address is not None and address[0] not in LOOPBACK_HOSTS and self.secret is None:
+            raise ConfigError(
+                f"web.listen {self.listen!r} is not a loopback address: set web.token "
+                "(anyone who can reach the address could read and pause the companion)"
+            )
+
+
+def split_listen(value: str) -> tuple[str, int]:
+    """Split "127.0.0.1:8765" or "[::1]:8765" into host and port.
+
+    Raises:
+        ValueError: not HOST:PORT with a port from 1 to 65535.
+    """
+    host, sep, port = value.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    # Port 0 takes any free port (tests); the daemon logs the one it got in web.ready.
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"{value!r} is not HOST:PORT such as '127.0.0.1:8765'")
+    return host, int(port)
+
+
 class WebChannelSettings(_Section):
     """The main session itself: the message waits there for the web UI."""
 
@@ -394,6 +451,7 @@ class Settings(BaseSettings):
     daemon: DaemonSettings = DaemonSettings()
     memory: MemorySettings = MemorySettings()
     tools: ToolsSettings = ToolsSettings()
+    web: WebSettings = WebSettings()
     channels: dict[str, ChannelSettings] = Field(default_factory=_default_channels)
 
     @property

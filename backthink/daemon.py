@@ -128,6 +128,12 @@ class Daemon:
             log.warning("daemon.model_missing", hint=MODEL_MISSING_HINT)
         await self._app.thinker.resume()
         server = await poke.serve(s.daemon.socket, self.run_round, self._owners, status=self.status)
+        web = None
+        if s.web.listen:
+            # Imported here: without [web] listen the daemon never loads the page's modules.
+            from backthink.web import start_web
+
+            web = await start_web(self._app, self._owners[0], live=self.status)
         scheduler = self._scheduler = build_scheduler(s, self._owners, self._job)
         scheduler.start()
         helpers: list[asyncio.Task[None]] = []
@@ -144,6 +150,8 @@ class Daemon:
         log.info("daemon.stopping", running_rounds=len(self._tasks))
         scheduler.shutdown(wait=False)
         server.close()
+        if web is not None:
+            await web.stop()
         drained = await self._drain(s.daemon.drain_timeout)
         for task in helpers:
             task.cancel()
@@ -217,7 +225,12 @@ def _next_run(scheduler: AsyncIOScheduler) -> str | None:
 
 
 async def run_daemon(settings: Settings, *, owners: Sequence[str]) -> int:
-    """Open the app, run the daemon under SIGTERM/SIGINT handling, return the exit code."""
+    """Open the app, run the daemon under SIGTERM/SIGINT handling, return the exit code.
+
+    Raises:
+        ConfigError: the page would listen beyond loopback without a token.
+    """
+    settings.web.check_serving()
     async with open_app(settings) as app:
         settle_heap()
         daemon = Daemon(app, owners)

@@ -246,6 +246,33 @@ def private_thought(text: str, *, max_chars: int) -> str:
     return thought if len(thought) <= max_chars else "…" + thought[len(thought) - max_chars + 1 :]
 
 
+class ReplyParts(NamedTuple):
+    """A reply cut where the parser cuts it, for showing it: thinking, footer lines, body."""
+
+    thinking: str
+    footer: str
+    body: str
+
+
+def split_reply(text: str) -> ReplyParts:
+    """Split a raw reply into its thinking, its footer's tag lines and the body after them.
+
+    Nothing is folded or dropped but the reasoning tags themselves, so a reader
+    sees the reply as the model wrote it. Without a footer, all of it is thinking.
+    """
+    visible, thinking, _ = _split_thinking(text.replace("\r\n", "\n").replace("\r", "\n"))
+    lines = visible.split("\n")
+    start = _footer_start(lines)
+    reasoning = [block.strip() for block in thinking if block.strip()]
+    if start is None:
+        return ReplyParts("\n\n".join([*reasoning, visible.strip()]).strip(), "", "")
+    last = next(i for i in reversed(range(len(lines))) if _leading_tags(lines[i]))
+    before = "\n".join(lines[:start]).strip()
+    footer = "\n".join(line for line in lines[start : last + 1] if line.strip())
+    body = "\n".join(lines[last + 1 :]).strip()
+    return ReplyParts("\n\n".join(p for p in [*reasoning, before] if p), footer, body)
+
+
 def _says_nothing(text: str) -> bool:
     return text.strip(_NOTHING_PUNCT).strip().lower() in _NOTHING
 

@@ -80,6 +80,19 @@ class MessageStore(Protocol):
         """Return the owner's newest `messages` channels and the newest `pushes`, in one read."""
         ...
 
+    async def between(
+        self,
+        owner_id: str,
+        start: datetime,
+        end: datetime,
+        *,
+        role: str | None = None,
+        limit: int = 1000,
+        session_id: str = MAIN_SESSION,
+    ) -> list[Message]:
+        """Return a session's messages created in [start, end), oldest first (the page's day)."""
+        ...
+
 
 class RoundStore(Protocol):
     """The audit log of rounds."""
@@ -96,6 +109,12 @@ class RoundStore(Protocol):
 
     async def get(self, round_id: str) -> RoundRecord | None:
         """Return one round, or None."""
+        ...
+
+    async def started_between(
+        self, owner_id: str, start: datetime, end: datetime, *, limit: int = 1000
+    ) -> builtins.list[RoundRecord]:
+        """Return an owner's rounds started in [start, end), oldest first (the page's day)."""
         ...
 
     async def marked_at(self, owner_id: str, name: str) -> datetime | None:

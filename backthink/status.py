@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from backthink.config import ModelSettings, Settings, WebChannelSettings
@@ -25,6 +25,9 @@ from backthink.pause import Pauses, PauseState
 from backthink.poke import STATUS_TIMEOUT_S, ask_status
 from backthink.redact import redact_urls
 from backthink.store import open_database
+
+if TYPE_CHECKING:
+    from backthink.model_client import OpenAIModelClient
 
 MODEL_TIMEOUT_S = 5.0  # seconds the model probe may take at most
 PENDING_SCAN = 1000  # pending deliveries counted at most; more than a few means trouble anyway
@@ -121,8 +124,13 @@ def offline_channels(
     return health
 
 
-async def model_health(settings: ModelSettings) -> str:
-    """'ok', 'unreachable: <why>' or 'not configured'; within `MODEL_TIMEOUT_S`, no secrets."""
+async def model_health(settings: ModelSettings, *, client: OpenAIModelClient | None = None) -> str:
+    """'ok', 'unreachable: <why>' or 'not configured'; within `MODEL_TIMEOUT_S`, no secrets.
+
+    `client` is an open client to probe with (the running daemon's own, so a
+    status request builds no new connection pool); without one, a quick client
+    without retries is opened for the probe.
+    """
     # Imported here: the openai SDK is slow to import, and only this check needs it.
     from backthink.model_client import OpenAIModelClient
 
@@ -131,8 +139,12 @@ async def model_health(settings: ModelSettings) -> str:
     timeout_s = min(settings.timeout_s, MODEL_TIMEOUT_S)
     quick = settings.model_copy(update={"timeout_s": timeout_s, "max_retries": 0})
     try:
-        async with asyncio.timeout(timeout_s + 1), OpenAIModelClient(quick) as client:
-            await client.probe()
+        async with asyncio.timeout(timeout_s + 1):
+            if client is not None:
+                await client.probe()
+            else:
+                async with OpenAIModelClient(quick) as own:
+                    await own.probe()
     except ModelNotConfiguredError:
         return NOT_CONFIGURED
     except TimeoutError:

@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from datetime import UTC, datetime
@@ -48,6 +49,10 @@ TARGET_GROWTH_KB = 5 * 1024  # KiB of RSS growth over the measured rounds
 TARGET_IDLE_CPU = 0.5  # percent of one core
 RSS_SAMPLE_EVERY = 100  # pokes between RSS samples
 TREND_MIN_POKES = 2_000  # pokes from which the RSS trend of the second half is shown
+PAGE_POKES = 50  # rounds each daemon runs before the page's cost is measured
+PAGE_LOADS = 10  # loads of each page before the page's cost is measured
+TARGET_PAGE_KB = 10 * 1024  # KiB the page may add to the idle daemon
+PAGE_PATHS = ("/", "/day/{day}", "/rounds/{round_id}", "/memory", "/api/rounds", "/api/status")
 
 
 def poke(path: Path, trigger: str) -> dict[str, Any]:
@@ -195,6 +200,73 @@ def run(*, quick: bool, rebuild: bool, pokes: int | None = None) -> list[Figure]
     return figures
 
 
+def _idle_rss(work: Path, fake_url: str, *, web: bool) -> int:
+    """Idle RSS (KiB) of a daemon after PAGE_POKES rounds, and with the page on, page loads."""
+    state, sock = work / "state.json", work / "bt.sock"
+    write_state_file(state, at=datetime.now(UTC))
+    config = work / "backthink.toml"
+    doc = settings_doc(base_url=fake_url, db=work / "bt.db", state=state)
+    config.write_text(toml_config(doc), "utf-8")
+    env = dict(
+        clean_environ(),
+        BACKTHINK_SCHEDULE__HEARTBEAT="6h",
+        BACKTHINK_SCHEDULE__STARTUP_GREETING="false",
+        BACKTHINK_DAEMON__SOCKET=str(sock),
+        BACKTHINK_WEB__LISTEN="127.0.0.1:0" if web else "",
+    )
+    proc = subprocess.Popen(
+        [str(VENV_BIN / "backthink"), "--config", str(config), "run"],
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        log = LineReader(proc.stdout, keep=False)
+        url = ""
+        if web:
+            url = json.loads(log.wait_for(_is_event("web.ready"), READY_TIMEOUT_S))["url"]
+        log.wait_for(_is_event("daemon.ready"), READY_TIMEOUT_S)
+        answer: dict[str, Any] = {}
+        for i in range(PAGE_POKES):
+            answer = poke(sock, f"bench page {i}")
+        day = datetime.now(UTC).date().isoformat()
+        for _ in range(PAGE_LOADS if web else 0):
+            for path in PAGE_PATHS:
+                page = url.rstrip("/") + path.format(day=day, round_id=answer["round_id"])
+                with urllib.request.urlopen(page, timeout=POKE_TIMEOUT_S) as response:
+                    response.read()
+        time.sleep(SETTLE_S)
+        return rss_kb(proc.pid)
+    finally:
+        stop_process(proc)
+
+
+def page_cost() -> list[Figure]:
+    """What the page adds to the idle daemon: RSS with [web] on, less RSS with it off."""
+    with FakeServerProcess(reply=NO_PUSH, log=BENCH_VAR / "logs" / "fake-page.log") as fake:
+        off = _idle_rss(fresh_dir(BENCH_VAR / "page-off"), fake.base_url, web=False)
+        on = _idle_rss(fresh_dir(BENCH_VAR / "page-on"), fake.base_url, web=True)
+    return [
+        Figure(
+            GROUP,
+            f"idle RSS, page off / on ({PAGE_LOADS} loads of each page)",
+            f"{off / 1024:.1f} / {on / 1024:.1f} MiB",
+            "",
+            None,
+        ),
+        Figure(
+            GROUP,
+            "the page's cost to the idle daemon",
+            f"{(on - off) / 1024:+.1f} MiB",
+            f"< {TARGET_PAGE_KB / 1024:g} MiB",
+            on - off < TARGET_PAGE_KB,
+        ),
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print its figures."""
     parser = group_parser(
@@ -205,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pokes", type=int, help=f"measured pokes (default {POKES:,})")
     args = parser.parse_args(argv)
     exit_on_sigterm()
-    figures = run(quick=args.quick, rebuild=args.rebuild, pokes=args.pokes)
+    figures = run(quick=args.quick, rebuild=args.rebuild, pokes=args.pokes) + page_cost()
     print_figures("2. Idle daemon (memory across poked rounds, idle CPU)", figures)
     write_figures(args.results, figures)
     return 0

@@ -18,7 +18,7 @@ BENCH = Path(__file__).resolve().parent
 # Each group runs alone with a time budget (seconds) after which it is stopped.
 GROUPS = (
     ("round_overhead", 300),
-    ("idle_daemon", 180),
+    ("idle_daemon", 240),
     ("boot", 180),
     ("prompt_size", 60),
     ("many_owners", 600),

@@ -118,6 +118,25 @@ class MemoryMessageStore:
         owner = next(self._newest_first(owner_id, session_id, "user"), None)
         return SessionView(recent=recent, last_owner_message_at=owner.created_at if owner else None)
 
+    async def between(
+        self,
+        owner_id: str,
+        start: datetime,
+        end: datetime,
+        *,
+        role: str | None = None,
+        limit: int = 1000,
+        session_id: str = MAIN_SESSION,
+    ) -> builtins.list[Message]:
+        """Return a session's messages created in [start, end), oldest first, at most `limit`."""
+        _check_limit(limit)
+        found = (
+            m
+            for m in self._sessions.get((owner_id, session_id), [])
+            if start <= m.created_at < end and (role is None or m.role == role)
+        )
+        return list(islice(found, limit))
+
     def _rewrite_writeback(self, round_id: str, **fields: object) -> None:
         """Change fields of a round's write-back message, as the SQL outbox does."""
         for session in self._sessions.values():
@@ -184,6 +203,19 @@ class MemoryRoundStore:
             and (trigger is None or r.trigger == trigger)
         ]
         found.sort(key=lambda record: (record.started_at, record.id), reverse=True)
+        return found[:limit]
+
+    async def started_between(
+        self, owner_id: str, start: datetime, end: datetime, *, limit: int = 1000
+    ) -> builtins.list[RoundRecord]:
+        """Return an owner's rounds started in [start, end), oldest first, at most `limit`."""
+        _check_limit(limit)
+        found = [
+            r
+            for r in self._rounds.values()
+            if r.owner_id == owner_id and start <= r.started_at < end
+        ]
+        found.sort(key=lambda record: (record.started_at, record.id))
         return found[:limit]
 
 

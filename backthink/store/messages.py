@@ -212,3 +212,28 @@ class SqlMessageStore:
 
         with store_errors("could not read messages"):
             return await self._db.read(read)
+
+    async def between(
+        self,
+        owner_id: str,
+        start: datetime,
+        end: datetime,
+        *,
+        role: str | None = None,
+        limit: int = 1000,
+        session_id: str = MAIN_SESSION,
+    ) -> list[Message]:
+        """Return a session's messages created in [start, end), oldest first, at most `limit`."""
+        _check_limit(limit)
+        query = select(MessageRow).where(
+            col(MessageRow.owner_id) == owner_id,
+            col(MessageRow.session_id) == session_id,
+            col(MessageRow.created_at) >= start.astimezone(UTC),
+            col(MessageRow.created_at) < end.astimezone(UTC),
+        )
+        if role is not None:
+            query = query.where(col(MessageRow.role) == role)
+        query = query.order_by(col(MessageRow.created_at), col(MessageRow.id)).limit(limit)
+        with store_errors("could not read messages"):
+            rows = await self._db.read(lambda c: c.execute(query).mappings().all())
+            return _to_messages(rows)

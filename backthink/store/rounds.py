@@ -88,6 +88,26 @@ class SqlRoundStore:
             rows = await self._db.read(lambda c: c.execute(query).mappings().all())
             return [_to_record(row) for row in rows]
 
+    async def started_between(
+        self, owner_id: str, start: datetime, end: datetime, *, limit: int = 1000
+    ) -> builtins.list[RoundRecord]:
+        """Return an owner's rounds started in [start, end), oldest first, at most `limit`."""
+        if limit < 0:
+            raise ValueError(f"limit must not be negative, got {limit}")
+        query = (
+            select(RoundRow)
+            .where(
+                col(RoundRow.owner_id) == owner_id,
+                col(RoundRow.started_at) >= start.astimezone(UTC),
+                col(RoundRow.started_at) < end.astimezone(UTC),
+            )
+            .order_by(col(RoundRow.started_at), col(RoundRow.id))
+            .limit(limit)
+        )
+        with store_errors("could not read rounds"):
+            rows = await self._db.read(lambda c: c.execute(query).mappings().all())
+            return [_to_record(row) for row in rows]
+
     async def marked_at(self, owner_id: str, name: str) -> datetime | None:
         """When the named mark was last set for this owner, or None."""
         query = select(MarkRow.at).where(

@@ -1,0 +1,10 @@
+"""The daemon's own page: a day's rounds on a timeline, each round in full, memories, pause.
+
+Imported only when `[web] listen` is set; a daemon without the page never loads it.
+"""
+
+from __future__ import annotations
+
+from backthink.web.server import WebServer, build_asgi, start_web
+
+__all__ = ["WebServer", "build_asgi", "start_web"]

@@ -1,0 +1,362 @@
+"""The page's routes (Starlette) and its server (uvicorn), inside the daemon's own event loop.
+
+The pages read the same stores the rounds write, through the daemon's `App`;
+they never run a round. A page load costs a few indexed reads; a round costs
+exactly what it costs without the page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from collections.abc import Awaitable, Callable, Iterator
+from datetime import date, datetime
+from typing import Any
+from urllib.parse import parse_qs
+
+import structlog
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from backthink.app import App
+from backthink.errors import BackthinkError, InputError, StoreError
+from backthink.models import MemoryKind, Message, RoundRecord
+from backthink.pause import parse_pause_duration
+from backthink.status import NOT_CONFIGURED, PENDING_SCAN, Status, model_health
+from backthink.web import pages, static
+from backthink.web.day import day_bounds, lay_out, local_day
+from backthink.web.guard import Guard
+
+log = structlog.get_logger("backthink.web")
+
+Live = Callable[[str], dict[str, Any]]
+Handler = Callable[[Request], Awaitable[Response]]
+
+DAY_ROUNDS = 2000  # rounds one day's page shows at most (a 1-minute heartbeat makes 1,440)
+DAY_MESSAGES = 2000  # owner messages one day's page draws at most
+API_ROUNDS_MAX = 1000  # rounds /api/rounds returns at most
+MEMORIES_SHOWN = 200  # thoughts, and memories, listed at most on /memory
+FORM_MAX_BYTES = 4096  # bytes of a form body; the page's forms send a few dozen
+START_TIMEOUT_S = 10.0  # seconds for the server to begin accepting connections
+STOP_TIMEOUT_S = 5.0  # seconds for the server to finish on shutdown
+GRACEFUL_S = 2  # seconds open connections get to finish once the daemon stops
+SECURITY_HEADERS = {
+    # Nothing but the page's own stylesheet and script ever runs or loads, so even
+    # text that slipped past escaping could not execute.
+    "content-security-policy": (
+        "default-src 'none'; style-src 'self'; script-src 'self'; connect-src 'self'; "
+        "img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "same-origin",
+    "cache-control": "no-store",
+}
+
+
+class Pages:
+    """The handlers of every route, over one owner's stores."""
+
+    def __init__(self, app: App, owner_id: str, *, live: Live | None) -> None:
+        """Serve `owner_id`'s rounds from `app`; `live` answers what only the daemon knows."""
+        self._app = app
+        self._owner = owner_id
+        self._live = live
+        self._tz = app.settings.owner.tz
+
+    async def status(self, *, probe_model: bool) -> Status:
+        """The `status --json` object's data, read in this process."""
+        app, at = self._app, self._app.clock.now()
+        pause = await app.pauses.state(self._owner, at)
+        last = await app.rounds.list(owner_id=self._owner, limit=1)
+        pending = await app.outbox.pending(limit=PENDING_SCAN)
+        live = self._live(self._owner) if self._live is not None else {}
+        nxt = live.get("next_heartbeat")
+        channels = live.get("channels") or {}
+        if probe_model:
+            from backthink.model_client import OpenAIModelClient  # loaded with the app's model
+
+            own = app.model if isinstance(app.model, OpenAIModelClient) else None
+            model = await model_health(app.settings.model, client=own)
+        else:
+            model = app.settings.model.name if app.model is not None else NOT_CONFIGURED
+        return Status(
+            running=True,
+            pause=pause,
+            next_heartbeat=datetime.fromisoformat(nxt) if isinstance(nxt, str) else None,
+            last_round=last[0] if last else None,
+            pending_deliveries=sum(1 for d in pending if d.owner_id == self._owner),
+            channels={str(k): "ok" if v == "ok" else "down" for k, v in channels.items()},
+            model=model,
+        )
+
+    async def today(self, request: Request) -> Response:
+        """GET /: today's timeline, by the owner's clock."""
+        return await self._day(local_day(self._app.clock.now(), self._tz))
+
+    async def day(self, request: Request) -> Response:
+        """GET /day/YYYY-MM-DD: an earlier (or later) day's timeline."""
+        try:
+            day = date.fromisoformat(request.path_params["day"])
+        except ValueError:
+            return _page("Not a day", "Days are written YYYY-MM-DD.", 404)
+        return await self._day(day)
+
+    async def _day(self, day: date) -> Response:
+        s = self._app.settings
+        records, messages = await self._day_data(day)
+        line = lay_out(
+            day,
+            self._tz,
+            rounds=records,
+            owner_messages=messages,
+            quiet=s.gate.quiet_hours,
+            activity_window=s.gate.activity_window,
+        )
+        today = day == local_day(self._app.clock.now(), self._tz)
+        newest = await self._app.rounds.list(owner_id=self._owner, limit=1) if today else []
+        html = pages.day_page(
+            line,
+            records,
+            await self.status(probe_model=False),
+            self._tz,
+            quiet_label=str(s.gate.quiet_hours) if s.gate.quiet_hours else "off",
+            today=today,
+            newest=newest[0].id if newest else "",
+        )
+        return HTMLResponse(html)
+
+    async def _day_data(self, day: date) -> tuple[list[RoundRecord], list[Message]]:
+        start, end = day_bounds(day, self._tz)
+        records = await self._app.rounds.started_between(self._owner, start, end, limit=DAY_ROUNDS)
+        messages = await self._app.messages.between(
+            self._owner, start, end, role="user", limit=DAY_MESSAGES
+        )
+        return records, messages
+
+    async def round(self, request: Request) -> Response:
+        """GET /rounds/ID: one round in full."""
+        record = await self._app.rounds.get(request.path_params["round_id"])
+        if record is None or record.owner_id != self._owner:
+            return _page("No such round", "There is no round with this id.", 404)
+        delivery = await self._app.outbox.get(record.id)
+        kept = await self._app.memories.list(self._owner, limit=MEMORIES_SHOWN)
+        request_body, problem = await self._dry_run(record.trigger)
+        html = pages.round_page(
+            record,
+            self._tz,
+            delivery=delivery,
+            written=[m for m in kept if m.round_id == record.id],
+            request=request_body,
+            request_problem=problem,
+        )
+        return HTMLResponse(html)
+
+    async def _dry_run(self, trigger: str) -> tuple[dict[str, Any] | None, str | None]:
+        """What `think --dry-run --trigger TRIGGER` would send now, or why it cannot say."""
+        from backthink.model_client import request_body  # the SDK is loaded only for this
+
+        thinker = self._app.thinker
+        try:
+            request = await thinker.prepare(self._owner, trigger)
+            tools = await thinker.offered_tools(self._owner)
+        except BackthinkError as exc:
+            return None, f"cannot assemble the request now: {exc}"
+        return request_body(self._app.settings.model, request.messages, tools=tools), None
+
+    async def memory(self, request: Request) -> Response:
+        """GET /memory: the journal of thoughts and the memories, with forget buttons."""
+        memories = self._app.memories
+        thoughts = await memories.list(self._owner, kind=MemoryKind.THOUGHT, limit=MEMORIES_SHOWN)
+        kept = [
+            m
+            for m in await memories.list(self._owner, limit=MEMORIES_SHOWN * 2)
+            if m.kind is not MemoryKind.THOUGHT
+        ][:MEMORIES_SHOWN]
+        return HTMLResponse(pages.memory_page(thoughts, kept, self._tz))
+
+    async def forget(self, request: Request) -> Response:
+        """POST /memory/ID/forget: forget one memory, back to the list."""
+        try:
+            memory_id = int(request.path_params["memory_id"])
+        except ValueError:
+            return _page("No such memory", "Memory ids are numbers.", 404)
+        if not await self._app.memories.forget(self._owner, memory_id):
+            return _page("No such memory", f"There is no memory {memory_id}.", 404)
+        log.info("web.forgot", owner_id=self._owner, memory_id=memory_id)
+        return RedirectResponse("/memory", status_code=303)
+
+    async def pause(self, request: Request) -> Response:
+        """POST /pause: pause every trigger's rounds, until resumed or for a while."""
+        form = await _form(request)
+        length_text = form.get("for", "").strip()
+        try:
+            length = parse_pause_duration(length_text) if length_text else None
+        except InputError as exc:
+            return _page("Cannot pause", str(exc), 400)
+        held = await self._app.pauses.pause(self._owner, at=self._app.clock.now(), length=length)
+        log.info("web.paused", owner_id=self._owner, until=held.describe(self._tz))
+        return RedirectResponse("/", status_code=303)
+
+    async def resume(self, request: Request) -> Response:
+        """POST /resume: end a pause."""
+        await self._app.pauses.resume(self._owner, at=self._app.clock.now())
+        log.info("web.resumed", owner_id=self._owner)
+        return RedirectResponse("/", status_code=303)
+
+    async def api_rounds(self, request: Request) -> Response:
+        """GET /api/rounds[?day=YYYY-MM-DD][&limit=N]: rounds as `rounds --json` prints them."""
+        query = request.query_params
+        try:
+            limit = min(max(int(query.get("limit", "50")), 0), API_ROUNDS_MAX)
+            day = date.fromisoformat(query["day"]) if "day" in query else None
+        except ValueError:
+            return JSONResponse({"error": "limit is a number, day is YYYY-MM-DD"}, 400)
+        if day is None:
+            records = await self._app.rounds.list(owner_id=self._owner, limit=limit)
+        else:
+            start, end = day_bounds(day, self._tz)
+            found = await self._app.rounds.started_between(self._owner, start, end, limit=limit)
+            records = list(reversed(found))
+        return JSONResponse([r.summary() for r in records])
+
+    async def api_status(self, request: Request) -> Response:
+        """GET /api/status: the `status --json` object."""
+        return JSONResponse((await self.status(probe_model=True)).to_json())
+
+
+async def _css(request: Request) -> Response:
+    return Response(static.CSS, media_type="text/css")
+
+
+async def _js(request: Request) -> Response:
+    return Response(static.JS, media_type="text/javascript")
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """A small urlencoded form body; anything larger than the page's forms is cut off."""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > FORM_MAX_BYTES:
+            break
+    parsed = parse_qs(body[:FORM_MAX_BYTES].decode("utf-8", "replace"))
+    return {key: values[0] for key, values in parsed.items()}
+
+
+def _page(title: str, text: str, status: int) -> Response:
+    return HTMLResponse(pages.message_page(title, text, status=status), status_code=status)
+
+
+def _guarded(guard: Guard, handler: Handler) -> Handler:
+    async def run(request: Request) -> Response:
+        refusal = guard.check(request)
+        if refusal is None:
+            try:
+                response = await handler(request)
+            except StoreError as exc:
+                log.warning("web.store_error", path=request.url.path, error=str(exc))
+                response = _page("Database unavailable", str(exc), 503)
+        else:
+            response = refusal
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
+    return run
+
+
+def build_asgi(app: App, owner_id: str, *, live: Live | None = None) -> Starlette:
+    """The page as an ASGI application (tests may drive it without a socket)."""
+    p = Pages(app, owner_id, live=live)
+    guard = Guard(app.settings.web)
+    routes: list[tuple[str, Handler, str]] = [
+        ("/", p.today, "GET"),
+        ("/day/{day}", p.day, "GET"),
+        ("/rounds/{round_id}", p.round, "GET"),
+        ("/memory", p.memory, "GET"),
+        ("/memory/{memory_id}/forget", p.forget, "POST"),
+        ("/pause", p.pause, "POST"),
+        ("/resume", p.resume, "POST"),
+        ("/api/rounds", p.api_rounds, "GET"),
+        ("/api/status", p.api_status, "GET"),
+        ("/static/page.css", _css, "GET"),
+        ("/static/refresh.js", _js, "GET"),
+    ]
+    return Starlette(routes=[Route(path, _guarded(guard, h), methods=[m]) for path, h, m in routes])
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # The daemon owns SIGTERM and SIGINT; it stops this server itself when it drains.
+        yield
+
+
+class WebServer:
+    """The page's server, running as a task of the daemon's event loop."""
+
+    def __init__(self, server: uvicorn.Server, task: asyncio.Task[None], url: str) -> None:
+        """Wrap a started server; use `start_web`."""
+        self._server = server
+        self._task = task
+        self.url = url
+
+    async def stop(self) -> None:
+        """Stop accepting, let open requests finish briefly, and end the task."""
+        self._server.should_exit = True
+        try:
+            await asyncio.wait_for(self._task, STOP_TIMEOUT_S)
+        except TimeoutError:
+            log.warning("web.stop_timeout")
+        except Exception:
+            log.exception("web.failed")
+
+
+async def start_web(app: App, owner_id: str, *, live: Live | None = None) -> WebServer:
+    """Listen on `web.listen` and serve the page until `stop`.
+
+    Raises:
+        BackthinkError: the address cannot be listened on (in use, not this machine's).
+    """
+    web = app.settings.web
+    address = web.address
+    assert address is not None, "start_web needs web.listen"
+    host, port = address
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        sock = socket.create_server((host, port), family=family)
+    except OSError as exc:
+        why = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise BackthinkError(f"web.listen {web.listen!r}: cannot listen: {why}") from None
+    config = uvicorn.Config(
+        build_asgi(app, owner_id, live=live),
+        log_config=None,
+        access_log=False,
+        lifespan="off",
+        ws="none",
+        server_header=False,
+        proxy_headers=False,
+        timeout_graceful_shutdown=GRACEFUL_S,
+    )
+    server = _Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        async with asyncio.timeout(START_TIMEOUT_S):
+            while not server.started:
+                if task.done():
+                    task.result()
+                    raise BackthinkError(f"web.listen {web.listen!r}: the server did not start")
+                await asyncio.sleep(0.01)
+    except BaseException:
+        task.cancel()
+        sock.close()
+        raise
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{bound}/"
+    log.info("web.ready", url=url, token=web.secret is not None)
+    return WebServer(server, task, url)
