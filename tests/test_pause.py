@@ -279,6 +279,7 @@ def test_status_says_when_the_model_is_unreachable_and_never_hangs(cli: Workdir)
     assert status(cli)["model"] == "not configured"
 
 
+@pytest.mark.timeout(150)  # two daemon starts and five commands: slow on a loaded machine
 def test_a_pause_holds_across_restarts_and_resume_reaches_the_running_daemon(
     cli: Workdir, fake: FakeOpenAI, daemon_env: dict[str, str]
 ) -> None:
@@ -290,16 +291,16 @@ def test_a_pause_holds_across_restarts_and_resume_reaches_the_running_daemon(
         daemon = DaemonProcess(cli, env)
         try:
             daemon.wait_for("daemon.ready")
-            finished = daemon.wait_for("round.finished", count=2)
+            finished = daemon.wait_for("round.finished", count=2 if run else 1)
             assert (finished["outcome"], finished["reason"]) == ("skipped", "disabled")
-            doc = status(cli)
-            assert doc["running"] is True and doc["paused"] is True
-            assert doc["paused_until"] is None
-            assert datetime.fromisoformat(doc["next_heartbeat"]).utcoffset() == timedelta(0)
-            assert doc["last_round"]["reason"] == "disabled"
-            assert doc["channels"] == {"web": "ok"} and doc["model"] == "ok"
-            assert "running, next heartbeat 20" in cli.cli("status").stdout
-            if run == 1:
+            if run == 1:  # the first run is the restart; the rest is checked once
+                doc = status(cli)
+                assert doc["running"] is True and doc["paused"] is True
+                assert doc["paused_until"] is None
+                assert datetime.fromisoformat(doc["next_heartbeat"]).utcoffset() == timedelta(0)
+                assert doc["last_round"]["reason"] == "disabled"
+                assert doc["channels"] == {"web": "ok"} and doc["model"] == "ok"
+                assert "running, next heartbeat 20" in cli.cli("status").stdout
                 cli.cli("resume")
                 count = len([e for e in daemon.seen if e.get("event") == "round.finished"])
                 while daemon.wait_for("round.finished", count=count + 1)["reason"] == "disabled":
