@@ -491,6 +491,10 @@ def test_body_never_contains_thinking(before: str, after: str, footer: str, body
     marker = "THINKING-MARKER"
     reply = f"{before}{marker}{after}\n{footer}\n{body}BODY-MARKER"
     decision = parse_footer(reply)
+    # A think block left open swallows the rest, footer included: then the tags the
+    # parser reads are those of `before`, and the marker is what follows them, as in
+    # "[我决定:push] 早上好<think>…". Only a reply whose own footer is seen is in scope.
+    assume(UNCLOSED_THINK not in decision.problems)
     assert marker not in decision.body
 
 

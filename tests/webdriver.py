@@ -117,6 +117,10 @@ class Browser:
         self.command("POST", "window/rect", {"width": width, "height": height})
 
 
+IMPLICIT_WAIT_MS = 10_000  # milliseconds the driver looks for an element before it gives up
+PAGE_LOAD_MS = 60_000  # milliseconds a page may take to load
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -176,7 +180,14 @@ def browser(*, javascript: bool = True) -> Iterator[Browser]:
                 options["binary"] = str(CHROMIUM)
             if not javascript:
                 options["prefs"] = {"profile.managed_default_content_settings.javascript": 2}
-            caps = {"capabilities": {"alwaysMatch": {"goog:chromeOptions": options}}}
+            # The driver waits for an element to appear (a page still loading on a busy
+            # machine) before it answers that there is none.
+            timeouts = {"implicit": IMPLICIT_WAIT_MS, "pageLoad": PAGE_LOAD_MS}
+            caps = {
+                "capabilities": {
+                    "alwaysMatch": {"goog:chromeOptions": options, "timeouts": timeouts}
+                }
+            }
             response = client.post("/session", json=caps)
             value = response.json()["value"]
             if response.status_code != 200:
