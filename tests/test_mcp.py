@@ -436,3 +436,17 @@ async def test_http_server_dying_mid_call_is_a_tool_error() -> None:
             assert time.perf_counter() - started < 0.1
     finally:
         server.stop()
+
+
+async def test_a_server_offers_a_bounded_number_of_tools(
+    http_calendar: HttpCalendar, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the cap, the rest of a server's tools are left out, with a note naming allow."""
+    import backthink.tools.mcp as mcp_module
+
+    monkeypatch.setattr(mcp_module, "MAX_TOOLS_PER_SERVER", 3)
+    settings = McpServerSettings(url=http_calendar.url)
+    async with asyncio.timeout(TEST_S), AsyncExitStack() as stack:
+        tools, notes = await open_mcp_tools({"cal": settings}, stack=stack, timeout_s=START_S)
+    assert len(tools) == 3
+    assert [n for n in notes if n.startswith("mcp_tools_cut: cal: only 3")]

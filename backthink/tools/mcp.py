@@ -47,6 +47,10 @@ MAX_DESCRIPTION_CHARS = 300
 MAX_NOTE_CHARS = 160
 MAX_ERROR_CHARS = 300
 MAX_LIST_PAGES = 20
+MAX_TOOLS_PER_SERVER = 32
+"""Tools offered of one server at most: each costs prompt tokens on every round (use `allow`)."""
+MAX_SCHEMA_CHARS = 4_000
+"""A tool whose input schema is longer than this (as JSON) is not offered."""
 """A server that pages its tool list further than this is cut off there."""
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
@@ -188,15 +192,27 @@ async def open_mcp_tools(
             notes.append(_unavailable(owner.name, owner.failure or "stopped at start"))
             continue
         allow = owner.settings.allow
+        offered = 0
         for tool in owner.listing:
             if allow is not None and tool.name not in allow:
                 continue
+            parameters = clean_schema(tool.input_schema)
+            if len(json.dumps(parameters)) > MAX_SCHEMA_CHARS:
+                notes.append(_short(f"mcp_tool_skipped: {owner.name}: a schema too large to offer"))
+                continue
+            if offered >= MAX_TOOLS_PER_SERVER:
+                notes.append(
+                    f"mcp_tools_cut: {owner.name}: only {MAX_TOOLS_PER_SERVER} of its tools "
+                    "are offered; name the ones you want in allow"
+                )
+                break
             spec = ToolSpec(
                 name=offered_name(owner.name, tool.name, taken),
                 description=_description(tool, owner.name),
-                parameters=clean_schema(tool.input_schema),
+                parameters=parameters,
             )
             taken.add(spec.name)
+            offered += 1
             tools.append(McpTool(owner.server, tool.name, spec, timeout_s=call_timeout))
         log.info("mcp.ready", server=owner.name, tools=len(owner.listing))
     return tools, notes
