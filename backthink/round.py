@@ -185,11 +185,12 @@ class Thinker:
         view = await self._messages.session_view(
             start.owner_id, self._settings.prompt.recent_messages
         )
+        last_owner_at = _latest_credible(view, start.started)
         skip = gate.pre_gate(
             settings=g,
             tz=tz,
             connected=self.connected(),
-            last_owner_message_at=_latest_credible(view, start.started),
+            last_owner_message_at=last_owner_at,
             at=start.started,
         )
         if skip is not None:
@@ -205,7 +206,7 @@ class Thinker:
             )
         asked = LoopResult(reply=None, uses=progress.tools)
         try:
-            await self._ask(start, request, _latest_credible(view, start.started), asked, notes)
+            await self._ask(start, request, last_owner_at, asked, notes)
         except ModelError as exc:
             return Ending(Outcome.FAILED, exc.reason, notes=[*notes, str(exc)], tools=asked.uses)
         reply = asked.reply
