@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import test_memory as memory_tests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -18,18 +19,7 @@ from backthink.store import Database, SqlMemoryStore, SqlMessageStore, open_stor
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
-FILLER = [
-    "今天午饭吃了拉面，味道还不错",
-    "下班路上有点堵车，回家晚了",
-    "晚上看了一集纪录片，讲深海鱼类",
-    "明天早上要开会，得早点睡",
-    "the weather turned cold again today",
-    "I finished reading that novel about sailors",
-    "猫今天把花盆打翻了，真头疼",
-    "we ordered dumplings for dinner tonight",
-    "周末想去公园散散步，晒晒太阳",
-    "my laptop battery drains quickly lately",
-]
+FILLER = memory_tests.FILLER  # the same everyday lines as the store's tests
 
 # (fact said long ago, where it was kept, a window message about it, one sharing at
 # most one short term with it).
