@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 from backthink.attribution import ROLE_CONTEXT_MARKER, SPEAKER_SWITCH_MARKER, Language
 from backthink.context import TIME_MARKER
 from backthink.footer import has_tags, without_tags
-from backthink.models import Memory, MemoryKind, Recalled
+from backthink.models import Memory, MemoryKind, MemoryRef, Recalled
 
 MIN_THOUGHT_CHARS = 60
 """A journal line keeps at least this many characters of its thought, however tight the budget."""
@@ -132,10 +132,18 @@ def inert(text: str, limit: int, *, keep_end: bool = False) -> str:
     return "…" + text[len(text) - limit + 1 :] if keep_end else text[: limit - 1] + "…"
 
 
+@dataclass(frozen=True)
+class RenderedMemory:
+    """The memory block as the prompt shows it, and which rows it shows (journal first)."""
+
+    text: str = ""
+    shown: list[MemoryRef] = field(default_factory=list)
+
+
 def render_memory_block(
     block: MemoryBlock, *, tz: ZoneInfo, language: Language, max_chars: int, recall: int
-) -> str:
-    """Render the recalled items, then the journal; "" when there is nothing to show.
+) -> RenderedMemory:
+    """Render the recalled items, then the journal; empty when there is nothing to show.
 
     Recall comes first: it changes only when the window moves, the journal
     whenever a round keeps a thought. The journal lines take at most
@@ -146,6 +154,7 @@ def render_memory_block(
     labels = _LABELS[language]
     share = journal_share(max_chars, recall=recall) if block.thoughts else 0
     journal: list[str] = []
+    thoughts: list[MemoryRef] = []
     used = 0
     if block.thoughts:
         each = max(share // len(block.thoughts), MIN_THOUGHT_CHARS)
@@ -156,8 +165,12 @@ def render_memory_block(
             used += len(text)
             when = thought.created_at.astimezone(tz).strftime("%m-%d %H:%M")
             journal.append(labels["thought"].format(when=when, text=text))
+            if thought.id is not None:
+                thoughts.append(MemoryRef(kind="thought", id=thought.id))
         journal.reverse()
+        thoughts.reverse()
     items: list[str] = []
+    recalled: list[MemoryRef] = []
     for item in block.recalled:
         text = inert(item.text, max_chars - used)
         if not text:
@@ -165,12 +178,13 @@ def render_memory_block(
         used += len(text)
         when = item.created_at.astimezone(tz).strftime("%Y-%m-%d")
         items.append(labels["item"].format(when=when, who=labels[_who(item)], text=text))
+        recalled.append(MemoryRef(kind=item.kind, id=item.id))
     lines: list[str] = []
     if items:
         lines += [labels["recalled"], *items]
     if journal:
         lines += [labels["journal"], *journal]
-    return "\n".join(lines)
+    return RenderedMemory("\n".join(lines), [*thoughts, *recalled])
 
 
 def _who(item: Recalled) -> str:

@@ -169,6 +169,18 @@ class Memory(_Frozen):
     round_id: str | None = None
 
 
+class MemoryRef(_Frozen):
+    """A memory or an older message a round's prompt showed: its kind and id, never its text.
+
+    `thought` is a journal entry and `memory` a recalled memory (both rows of
+    the memory table), `message` a recalled main-session message. Only ids are
+    kept on the round, so what `forget` removes is gone from the record too.
+    """
+
+    kind: Literal["thought", "memory", "message"]
+    id: int
+
+
 class Recalled(_Frozen):
     """One recalled item: a memory or an older main-session message, with its score.
 
@@ -346,6 +358,7 @@ class RoundRecord(_Frozen):
     raw_reply: str | None = None
     notes: list[str] = Field(default_factory=list)
     tools: list[ToolUse] = Field(default_factory=list)
+    recalled: list[MemoryRef] = Field(default_factory=list)
 
     @field_validator("trigger", "reason")
     @classmethod
@@ -378,6 +391,7 @@ class RoundRecord(_Frozen):
             "latency_ms": self.latency_ms,
             "notes": list(self.notes),
             "tools": [{"name": t.name, "ok": t.ok, "ms": t.ms} for t in self.tools],
+            "recalled": [{"kind": ref.kind, "id": ref.id} for ref in self.recalled],
         }
 
 

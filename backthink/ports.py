@@ -93,6 +93,10 @@ class MessageStore(Protocol):
         """Return a session's messages created in [start, end), oldest first (the page's day)."""
         ...
 
+    async def by_ids(self, owner_id: str, ids: Collection[int]) -> list[Message]:
+        """Return an owner's messages with these ids, oldest first; ids not there are left out."""
+        ...
+
 
 class RoundStore(Protocol):
     """The audit log of rounds."""
@@ -145,6 +149,10 @@ class MemoryStore(Protocol):
 
     async def latest_thoughts(self, owner_id: str, n: int) -> builtins.list[Memory]:
         """Return an owner's newest `n` thoughts, newest first."""
+        ...
+
+    async def get_many(self, owner_id: str, ids: Collection[int]) -> builtins.list[Memory]:
+        """Return an owner's memories with these ids, newest first; ids not there are left out."""
         ...
 
     async def forget(self, owner_id: str, memory_id: int) -> bool:

@@ -23,6 +23,7 @@ from backthink.errors import StoreError
 from backthink.models import (
     Decision,
     Delivery,
+    MemoryRef,
     ModelReply,
     Outcome,
     Reason,
@@ -50,6 +51,7 @@ class Ending:
     channel: str | None = None
     notes: list[str] = field(default_factory=list)
     tools: list[ToolUse] = field(default_factory=list)
+    recalled: list[MemoryRef] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,7 @@ def round_record(start: RoundStart, ending: Ending, *, finished: datetime) -> Ro
         raw_reply=reply.text if reply else None,
         notes=list(ending.notes),
         tools=list(ending.tools),
+        recalled=list(ending.recalled),
     )
 
 

@@ -17,7 +17,7 @@ from backthink.budget import cut_text, fit_history
 from backthink.config import Settings
 from backthink.context import conversation
 from backthink.journal import MemoryBlock, render_memory_block
-from backthink.models import Message, ModelMessage, StateReading, Trigger
+from backthink.models import MemoryRef, Message, ModelMessage, StateReading, Trigger
 from backthink.ports import StateProvider
 from backthink.prompts import PromptBook, render_prompt
 
@@ -34,7 +34,9 @@ class Request:
 
     trigger: str = ""
     memory: MemoryBlock = field(default_factory=MemoryBlock)
-    """The thoughts and recalled items the instruction prompt shows."""
+    """The thoughts and recalled items read for the round."""
+    recalled: list[MemoryRef] = field(default_factory=list)
+    """Which of them the instruction prompt shows, within its budget."""
 
     @property
     def prompt(self) -> str:
@@ -99,6 +101,13 @@ class RequestBuilder:
         reading = self._state.read(at)
         notes = [] if reading.problem is None or reading.problem.expected else [reading.note or ""]
         s = self._settings
+        shown = render_memory_block(
+            memory,
+            tz=s.owner.tz,
+            language=s.prompt.language,
+            max_chars=s.memory.max_chars,
+            recall=s.memory.recall,
+        )
         prompt = render_prompt(
             self._prompts,
             trigger=trigger,
@@ -108,13 +117,7 @@ class RequestBuilder:
             channels=list(s.channels),
             persona_name=s.persona.name or s.persona.id,
             owner_name=s.owner.name or ("主人" if s.prompt.language == "zh" else "your owner"),
-            memory=render_memory_block(
-                memory,
-                tz=s.owner.tz,
-                language=s.prompt.language,
-                max_chars=s.memory.max_chars,
-                recall=s.memory.recall,
-            ),
+            memory=shown.text,
         )
         notes.extend(memory.notes)
         if self._persona_note is not None:
@@ -152,4 +155,5 @@ class RequestBuilder:
             notes=notes,
             trigger=trigger,
             memory=memory,
+            recalled=shown.shown,
         )

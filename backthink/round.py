@@ -165,8 +165,10 @@ class Thinker:
                     ending = Ending(Outcome.FAILED, Reason.INTERNAL_ERROR)
                 finally:
                     self._in_flight.discard(owner_id)
-                # Tool calls made before the round ended stay on its record, however it ended.
+                # Tool calls made and memories shown before the round ended stay on its
+                # record, however it ended.
                 ending.tools = ending.tools or progress.tools
+                ending.recalled = ending.recalled or progress.recalled
             record = round_record(start, ending, finished=self._clock.now())
             await self._recorder.save(record)
             return record
@@ -198,6 +200,7 @@ class Thinker:
 
         memory = await self._recollect(start.owner_id, view.recent)
         request = self._requests.build(view.recent, start.trigger, start.started, memory=memory)
+        progress.recalled = request.recalled
         notes = progress.notes
         notes.extend(request.notes)
         if self._model is None:

@@ -14,7 +14,7 @@ from backthink.config import Settings
 from backthink.errors import StoreError
 from backthink.footer import has_tags, private_thought
 from backthink.journal import MemoryBlock, inert, render_memory_block
-from backthink.models import Memory, MemoryKind, Outcome, Recalled
+from backthink.models import Memory, MemoryKind, MemoryRef, Outcome, Recalled
 from backthink.store.memory import MemoryMemoryStore
 from backthink.testing import FakeClock, ScriptedModel, make_rig, proactive_messages
 
@@ -118,13 +118,19 @@ def test_the_block_shows_recall_then_thoughts_oldest_first_with_local_times() ->
             )
         ],
     )
-    text = render_memory_block(block, tz=SHANGHAI, language="zh", max_chars=1200, recall=5)
-    assert text.splitlines() == [
+    shown = render_memory_block(block, tz=SHANGHAI, language="zh", max_chars=1200, recall=5)
+    assert shown.text.splitlines() == [
         "[想起的旧事]",
         "- 2026-11-21 主人说：下周三我有钢琴比赛",
         "[你之前的想法]",
         "- 11-30 10:00 早上安静",
         "- 11-30 13:00 她在忙",
+    ]
+    # The round records which rows it showed, in the journal's order, ids only.
+    assert shown.shown == [
+        MemoryRef(kind="thought", id=1),
+        MemoryRef(kind="thought", id=2),
+        MemoryRef(kind="message", id=9),
     ]
 
 
@@ -135,9 +141,11 @@ def test_the_block_stays_within_max_chars_however_long_the_thoughts() -> None:
         for i in range(1, 6)
     ]
     block = MemoryBlock(thoughts=thoughts, recalled=recalled)
-    text = render_memory_block(block, tz=SHANGHAI, language="zh", max_chars=1200, recall=5)
+    shown = render_memory_block(block, tz=SHANGHAI, language="zh", max_chars=1200, recall=5)
+    text = shown.text
     body = sum(line.count("想") + line.count("记") for line in text.splitlines())
     assert body <= 1200
+    assert len(shown.shown) == text.count("\n- ")  # an item cut away is not recorded as shown
     assert text.count("\n- ") >= 5  # the journal shows every thought, cut to its share
 
 
@@ -156,8 +164,11 @@ async def test_a_round_keeps_its_thought_and_the_next_round_sees_it() -> None:
     assert kept.text == "主人今天要交论文，先别打扰，晚点问问进展。"
     assert kept.round_id == first.id and kept.source == f"round:{first.id}"
 
+    assert first.recalled == []
     rig.clock.advance(timedelta(minutes=30))
-    await rig.thinker.run_round("o", "heartbeat")
+    second = await rig.thinker.run_round("o", "heartbeat")
+    assert kept.id is not None and second.recalled == [MemoryRef(kind="thought", id=kept.id)]
+    assert second.summary()["recalled"] == [{"kind": "thought", "id": kept.id}]
     prompt = model.calls[1][-1].text
     line = "[你之前的想法]\n- 11-30 10:00 主人今天要交论文，先别打扰，晚点问问进展。\n\n触发："
     assert line in prompt  # after the template, before the per-round lines

@@ -126,6 +126,23 @@ async def test_forget_removes_only_that_owners_memory(stores: Stores) -> None:
     assert [x.text for x in await stores.memories.list("ana")] == ["keep me"]
 
 
+async def test_memories_and_messages_are_read_back_by_id_per_owner(stores: Stores) -> None:
+    """get_many and by_ids return an owner's rows with those ids, nothing of another owner."""
+    a = await stores.memories.add(note("a", at=T0))
+    b = await stores.memories.add(note("b", at=T0 + timedelta(minutes=1)))
+    other = await stores.memories.add(note("other owner", owner="bo"))
+    assert a.id is not None and b.id is not None and other.id is not None
+    found = await stores.memories.get_many("ana", [a.id, b.id, other.id, 9999])
+    assert [m.text for m in found] == ["b", "a"]
+    assert await stores.memories.get_many("ana", []) == []
+    first, second = await stores.history(["one", "two"])
+    theirs = await stores.messages.add(msg("theirs", owner="bo"))
+    assert first.id is not None and second.id is not None and theirs.id is not None
+    read = await stores.messages.by_ids("ana", [second.id, first.id, theirs.id])
+    assert [m.text for m in read] == ["one", "two"]
+    assert await stores.messages.by_ids("ana", []) == []
+
+
 async def test_search_finds_memories_holding_every_word(stores: Stores) -> None:
     """search matches every word, ignoring case, short CJK words included, newest first."""
     m = stores.memories

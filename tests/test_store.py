@@ -21,7 +21,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import Executable
 
 from backthink.errors import StoreError
-from backthink.models import Message, Outcome, PastPush, RoundRecord, Urgency
+from backthink.models import (
+    MemoryRef,
+    Message,
+    Outcome,
+    PastPush,
+    RoundRecord,
+    ToolUse,
+    Urgency,
+)
 from backthink.store import (
     BUSY_TIMEOUT_MS,
     Database,
@@ -342,6 +350,8 @@ async def test_a_round_round_trips_every_field(rounds: AnyRoundStore) -> None:
         latency_ms=812.5,
         raw_reply="raw ⟨footer⟩",
         notes=["quiet hours ignored", "状态未知"],
+        tools=[ToolUse(name="memory_search", ok=True, ms=1.5, args_chars=12)],
+        recalled=[MemoryRef(kind="thought", id=3), MemoryRef(kind="message", id=41)],
     )
     await rounds.save(full)
     loaded = await rounds.get("r1")

@@ -310,6 +310,25 @@ async def test_delivered_round_shows_its_delivery(
     assert '<text class="label"' in day and ">phone</text>" in day
 
 
+async def test_round_page_shows_what_it_recalled_until_it_is_forgotten(
+    open_page: tuple[App, httpx2.AsyncClient],
+) -> None:
+    """A round's page lists the thoughts and memories its prompt showed, by id, as they are now."""
+    app, client = open_page
+    model = app.model
+    assert isinstance(model, ScriptedModel)
+    model.push("她上午在写<论文>，先不打扰。\n[我决定:no_push]", "[我决定:no_push]")
+    await app.thinker.run_round("o", "heartbeat")
+    record = await app.thinker.run_round("o", "heartbeat")
+    [thought] = await app.memories.list("o", kind=MemoryKind.THOUGHT, limit=1)
+    assert thought.id is not None and [r.id for r in record.recalled] == [thought.id]
+    page = (await client.get(f"/rounds/{record.id}")).text
+    assert f"earlier thought #{thought.id}: <q>她上午在写&lt;论文&gt;，先不打扰。</q>" in page
+    await app.memories.forget("o", thought.id)
+    page = (await client.get(f"/rounds/{record.id}")).text
+    assert "论文" not in page and "(forgotten since)" in page
+
+
 async def test_memory_page_forgets(open_page: tuple[App, httpx2.AsyncClient]) -> None:
     """The memory page lists thoughts and memories; a forget button removes one."""
     app, client = open_page

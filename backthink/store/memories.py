@@ -285,6 +285,20 @@ class SqlMemoryStore:
         """Return an owner's newest `n` thoughts, newest first."""
         return await self.list(owner_id, kind=MemoryKind.THOUGHT, limit=n)
 
+    async def get_many(self, owner_id: str, ids: Collection[int]) -> builtins.list[Memory]:
+        """Return an owner's memories with these ids, newest first; ids not there are left out."""
+        wanted = sorted(set(ids))
+        if not wanted:
+            return []
+        query = (
+            select(MemoryRow)
+            .where(col(MemoryRow.owner_id) == owner_id, col(MemoryRow.id).in_(wanted))
+            .order_by(*_NEWEST_FIRST)
+        )
+        with store_errors("could not read memories"):
+            rows = await self._db.read(lambda c: c.execute(query).mappings().all())
+            return [_memory(row) for row in rows]
+
     async def forget(self, owner_id: str, memory_id: int) -> bool:
         """Delete one memory of an owner, from the table and its index; False if none.
 

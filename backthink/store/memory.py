@@ -137,6 +137,18 @@ class MemoryMessageStore:
         )
         return list(islice(found, limit))
 
+    async def by_ids(self, owner_id: str, ids: Collection[int]) -> builtins.list[Message]:
+        """Return an owner's messages with these ids, oldest first."""
+        wanted = set(ids)
+        found = [
+            m
+            for (owner, _), session in self._sessions.items()
+            if owner == owner_id
+            for m in session
+            if m.id in wanted
+        ]
+        return sorted(found, key=_order)
+
     def _rewrite_writeback(self, round_id: str, **fields: object) -> None:
         """Change fields of a round's write-back message, as the SQL outbox does."""
         for session in self._sessions.values():
@@ -341,6 +353,11 @@ class MemoryMemoryStore:
     async def latest_thoughts(self, owner_id: str, n: int) -> builtins.list[Memory]:
         """Return an owner's newest `n` thoughts, newest first."""
         return await self.list(owner_id, kind=MemoryKind.THOUGHT, limit=n)
+
+    async def get_many(self, owner_id: str, ids: Collection[int]) -> builtins.list[Memory]:
+        """Return an owner's memories with these ids, newest first."""
+        wanted = set(ids)
+        return [m for m in self._newest_first(owner_id) if m.id in wanted]
 
     async def forget(self, owner_id: str, memory_id: int) -> bool:
         """Delete one memory of an owner; False if there is none."""

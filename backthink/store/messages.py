@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
@@ -234,6 +234,20 @@ class SqlMessageStore:
         if role is not None:
             query = query.where(col(MessageRow.role) == role)
         query = query.order_by(col(MessageRow.created_at), col(MessageRow.id)).limit(limit)
+        with store_errors("could not read messages"):
+            rows = await self._db.read(lambda c: c.execute(query).mappings().all())
+            return _to_messages(rows)
+
+    async def by_ids(self, owner_id: str, ids: Collection[int]) -> list[Message]:
+        """Return an owner's messages with these ids, oldest first; ids not there are left out."""
+        wanted = sorted(set(ids))
+        if not wanted:
+            return []
+        query = (
+            select(MessageRow)
+            .where(col(MessageRow.owner_id) == owner_id, col(MessageRow.id).in_(wanted))
+            .order_by(col(MessageRow.created_at), col(MessageRow.id))
+        )
         with store_errors("could not read messages"):
             rows = await self._db.read(lambda c: c.execute(query).mappings().all())
             return _to_messages(rows)

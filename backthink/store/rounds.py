@@ -25,6 +25,7 @@ def round_values(record: RoundRecord) -> dict[str, Any]:
     values["urgency"] = record.urgency.value if record.urgency is not None else None
     values["notes"] = json.dumps(list(record.notes), ensure_ascii=False)
     values["tools"] = json.dumps([use.model_dump() for use in record.tools])
+    values["recalled"] = json.dumps([ref.model_dump() for ref in record.recalled])
     return values
 
 
@@ -32,6 +33,7 @@ def _to_record(row: RowMapping) -> RoundRecord:
     values = {name: row[name] for name in RoundRecord.model_fields}
     values["notes"] = json.loads(row["notes"])
     values["tools"] = json.loads(row["tools"])
+    values["recalled"] = json.loads(row["recalled"])
     return RoundRecord.model_validate(values)
 
 

@@ -96,7 +96,11 @@ class MessageRow(_Table, table=True):
 
 
 class RoundRow(_Table, table=True):
-    """The audit record of one round; `notes` is a JSON list of strings, `tools` of calls."""
+    """The audit record of one round.
+
+    `notes` is a JSON list of strings, `tools` of calls, `recalled` of the
+    `{kind, id}` of the memories and messages its prompt showed.
+    """
 
     __tablename__ = "round"
     __table_args__ = (Index("ix_round_owner_started", "owner_id", "started_at"),)
@@ -120,6 +124,7 @@ class RoundRow(_Table, table=True):
     raw_reply: str | None = Field(default=None, sa_type=Text)
     notes: str = Field(default="[]", sa_type=Text)
     tools: str = Field(default="[]", sa_type=Text, sa_column_kwargs={"server_default": "[]"})
+    recalled: str = Field(default="[]", sa_type=Text, sa_column_kwargs={"server_default": "[]"})
 
 
 class DeliveryRow(_Table, table=True):

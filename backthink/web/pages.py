@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from backthink.footer import split_reply
-from backthink.models import Delivery, Memory, MemoryKind, Outcome, RoundRecord
+from backthink.models import Delivery, Memory, MemoryKind, MemoryRef, Outcome, RoundRecord
 from backthink.status import Status
 from backthink.web.day import WIDTH, DayLine
 from backthink.web.words import esc, local_time, reason_words
@@ -200,6 +201,7 @@ def round_page(
     *,
     delivery: Delivery | None,
     written: Sequence[Memory],
+    shown: Sequence[Shown],
     request: dict[str, Any] | None,
     request_problem: str | None,
 ) -> str:
@@ -229,6 +231,7 @@ def round_page(
         _reply(r.raw_reply),
         _delivery(delivery),
         _tools(r),
+        _shown(shown),
         _memories_written(written),
         _notes(r.notes),
         _request(r.trigger, request, request_problem),
@@ -282,6 +285,34 @@ def _tools(r: RoundRecord) -> str:
         for t in r.tools
     )
     return f"<h2>Tool calls</h2><ol>{items}</ol>"
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A memory or message a round's prompt showed, and its text now (None: gone since)."""
+
+    ref: MemoryRef
+    text: str | None
+
+
+_SHOWN_KINDS = {"thought": "earlier thought", "memory": "memory", "message": "older message"}
+
+
+def _shown(shown: Sequence[Shown]) -> str:
+    if not shown:
+        return '<h2>Recalled memories</h2><p class="empty">The prompt showed no memories.</p>'
+    items = []
+    for item in shown:
+        kind = _SHOWN_KINDS[item.ref.kind]
+        text = (
+            f"<q>{esc(item.text)}</q>"
+            if item.text is not None
+            else '<span class="empty">(forgotten since)</span>'
+        )
+        items.append(
+            f'<li class="shown-{esc(item.ref.kind)}">{esc(kind)} #{item.ref.id}: {text}</li>'
+        )
+    return f'<h2>Recalled memories</h2><ul id="recalled">{"".join(items)}</ul>'
 
 
 def _memories_written(written: Sequence[Memory]) -> str:

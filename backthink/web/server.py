@@ -151,10 +151,27 @@ class Pages:
             self._tz,
             delivery=delivery,
             written=[m for m in kept if m.round_id == record.id],
+            shown=await self._shown(record),
             request=request_body,
             request_problem=problem,
         )
         return HTMLResponse(html)
+
+    async def _shown(self, record: RoundRecord) -> list[pages.Shown]:
+        """The memories and messages the round's prompt showed, as they are now."""
+        refs = record.recalled
+        memories = await self._app.memories.get_many(
+            self._owner, [r.id for r in refs if r.kind != "message"]
+        )
+        messages = await self._app.messages.by_ids(
+            self._owner, [r.id for r in refs if r.kind == "message"]
+        )
+        memory_texts = {m.id: m.text for m in memories}
+        message_texts = {m.id: m.text for m in messages}
+        return [
+            pages.Shown(r, (message_texts if r.kind == "message" else memory_texts).get(r.id))
+            for r in refs
+        ]
 
     async def _dry_run(self, trigger: str) -> tuple[dict[str, Any] | None, str | None]:
         """What `think --dry-run --trigger TRIGGER` would send now, or why it cannot say."""
