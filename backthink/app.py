@@ -15,7 +15,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
 from backthink.channels import build_channels
 from backthink.config import Settings, WebChannelSettings
@@ -47,6 +47,7 @@ from backthink.store import (
 from backthink.tools import Tool
 
 if TYPE_CHECKING:
+    from backthink.fleet import Fleet
     from backthink.model_client import OpenAIModelClient
 
 
@@ -147,6 +148,7 @@ def build_app(
     state: StateProvider | None = None,
     channels: Mapping[str, Channel] | None = None,
     prompts_dir: Path | None = None,
+    prompts: PromptBook | None = None,
     persona_prompt: str | None = None,
     sleep: Sleep | None = None,
     spill: Spill | None = None,
@@ -191,7 +193,8 @@ def build_app(
     )
     requests = RequestBuilder(
         settings,
-        prompts=PromptBook.load(prompts_dir or settings.prompt.dir, settings.prompt.language),
+        prompts=prompts
+        or PromptBook.load(prompts_dir or settings.prompt.dir, settings.prompt.language),
         persona_prompt=read_persona_prompt(settings) if persona_prompt is None else persona_prompt,
         state=state
         or FileStateProvider(
@@ -241,12 +244,15 @@ def _model_from(settings: Settings) -> OpenAIModelClient | None:
 
 
 @asynccontextmanager
-async def open_app(settings: Settings, **overrides: object) -> AsyncIterator[App]:
-    """Open the database (migrating it) and the model client, and wire the app on them.
+async def open_fleet(settings: Settings, **overrides: object) -> AsyncIterator[Fleet]:
+    """Open the database (migrating it) and the model client, and serve every owner on them.
 
-    `overrides` go to `build_app` (e.g. `clock=`). Everything opened here is
-    closed when the block ends, in reverse order, whatever happens.
+    The config file's owners are written into the owner table first.
+    `overrides` go to `build_app` for each owner's app (e.g. `clock=`).
+    Everything opened here is closed when the block ends, in reverse order.
     """
+    from backthink.fleet import Fleet
+
     async with AsyncExitStack() as stack:
         db = await stack.enter_async_context(open_database(settings.database))
         if "model" not in overrides:
@@ -254,16 +260,44 @@ async def open_app(settings: Settings, **overrides: object) -> AsyncIterator[App
             if model is not None:
                 stack.push_async_callback(model.close)
             overrides["model"] = model
-        spill = settings.database.spill_path
-        app = build_app(
-            settings,
-            messages=db.messages,
-            rounds=db.rounds,
-            outbox=db.outbox,
-            memories=db.memories,
-            spill=Spill(spill) if spill is not None else None,
-            **overrides,  # type: ignore[arg-type]
-        )
-        # Records an earlier process could not save are written in first.
-        await app.recorder.drain(thorough=True)
-        yield app
+        spill_path = settings.database.spill_path
+        spill = Spill(spill_path) if spill_path is not None else None
+
+        def wire(owner: Settings, prompts: PromptBook, persona: str) -> App:
+            return build_app(
+                owner,
+                messages=db.messages,
+                rounds=db.rounds,
+                outbox=db.outbox,
+                memories=db.memories,
+                spill=spill,
+                prompts=prompts,
+                persona_prompt=persona,
+                **overrides,  # type: ignore[arg-type]
+            )
+
+        clock = cast(Clock | None, overrides.get("clock")) or SystemClock()
+        shared = cast(ModelClient | None, overrides["model"])
+        fleet = Fleet(settings, db.owners, db.outbox, wire, clock=clock, model=shared)
+        await fleet.sync(clock.now())
+        if spill is not None:
+            # Records an earlier process could not save are written in first.
+            await Recorder(db.rounds, spill=spill).drain(thorough=True)
+        yield fleet
+
+
+@asynccontextmanager
+async def open_app(
+    settings: Settings, *, owner: str | None = None, **overrides: object
+) -> AsyncIterator[App]:
+    """Open the database and the model client, and wire one owner's app on them.
+
+    `owner` defaults to `[owner] id`, or the only owner. `overrides` go to
+    `build_app` (e.g. `clock=`). Everything opened here is closed when the
+    block ends, in reverse order, whatever happens.
+
+    Raises:
+        InputError: no enabled owner has this id (or several and none is given).
+    """
+    async with open_fleet(settings, **overrides) as fleet:
+        yield await fleet.app(owner or await fleet.default_owner())

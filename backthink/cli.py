@@ -18,7 +18,8 @@ import typer
 from backthink import logs
 from backthink.config import Settings, load_settings, resolve_config_path
 from backthink.errors import BackthinkError, InputError
-from backthink.models import Memory, MemoryKind, Outcome, RoundRecord
+from backthink.models import Memory, MemoryKind, Outcome, Owner, RoundRecord
+from backthink.owners_cli import owners_app
 from backthink.redact import redact_urls
 
 T = TypeVar("T")
@@ -42,6 +43,7 @@ memory_app = typer.Typer(
     rich_markup_mode=None,
 )
 app.add_typer(memory_app, name="memory")
+app.add_typer(owners_app, name="owners")
 
 
 @dataclass
@@ -56,13 +58,35 @@ class Context:
         """Load the configuration (raises ConfigError with one clear line)."""
         return load_settings(self.config)
 
+    def for_owner(self, settings: Settings) -> Settings:
+        """The settings of the owner this command acts for: `--owner`, else the default owner.
+
+        An owner of the config file needs no database read; one added with
+        `backthink owners add` is looked up (raises InputError when unknown).
+        """
+        from backthink.owners import config_owners, owner_settings
+
+        named = {o.id: o for o in config_owners(settings)}
+        wanted = self.owner
+        if wanted is None and settings.owner.id in named:
+            wanted = settings.owner.id
+        if wanted is not None and wanted in named:
+            return owner_settings(settings, named[wanted])
+        return owner_settings(settings, _run(_stored_owner(settings, wanted)))
+
     def owner_id(self, settings: Settings) -> str:
-        """The owner this command acts for (raises InputError for one not configured)."""
-        owner = self.owner or settings.owner.id
-        if owner not in settings.owner_ids:
-            configured = ", ".join(settings.owner_ids)
-            raise InputError(f"unknown owner {owner!r} (configured: {configured})")
-        return owner
+        """The owner this command acts for (raises InputError for an unknown one)."""
+        return self.for_owner(settings).owner.id
+
+
+async def _stored_owner(settings: Settings, wanted: str | None) -> Owner:
+    from backthink.app import SystemClock
+    from backthink.owners import config_owners, find_owner
+    from backthink.store import open_database
+
+    async with open_database(settings.database) as store:
+        await store.owners.sync_config(config_owners(settings), at=SystemClock().now())
+        return await find_owner(store.owners, settings, wanted)
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
@@ -97,7 +121,9 @@ def run(ctx: typer.Context) -> None:
     c: Context = ctx.obj
     settings = c.settings()
     logs.configure(stream=sys.stdout, level="debug" if c.debug else "info")
-    raise typer.Exit(_run(run_daemon(settings, owners=[c.owner_id(settings)])))
+    # Without --owner the daemon serves every enabled owner, and new ones as they are added.
+    only = [c.owner_id(settings)] if c.owner is not None else None
+    raise typer.Exit(_run(run_daemon(settings, owners=only)))
 
 
 @app.command()
@@ -122,7 +148,7 @@ def think(
     owner_id = c.owner_id(settings)
 
     async def go() -> RoundRecord | dict[str, Any]:
-        async with open_app(settings) as a:
+        async with open_app(settings, owner=owner_id) as a:
             if dry_run:
                 from backthink.model_client import request_body
 
@@ -220,7 +246,7 @@ def messages_add(
     from backthink.store import open_database
 
     c: Context = ctx.obj
-    settings = c.settings()
+    settings = c.for_owner(c.settings())
     data: dict[str, Any] = {
         "role": role,
         "text": text,
@@ -233,7 +259,7 @@ def messages_add(
     message = parse_one(
         data,
         where="messages add",
-        owner_id=c.owner_id(settings),
+        owner_id=settings.owner.id,
         now=SystemClock().now(),
         tz=settings.owner.tz,
     )
@@ -259,7 +285,7 @@ def messages_import(
     from backthink.store import open_database
 
     c: Context = ctx.obj
-    settings = c.settings()
+    settings = c.for_owner(c.settings())
     try:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -267,7 +293,7 @@ def messages_import(
     parsed = parse_jsonl(
         text.splitlines(),
         source=str(file),
-        owner_id=c.owner_id(settings),
+        owner_id=settings.owner.id,
         now=SystemClock().now(),
         tz=settings.owner.tz,
     )
@@ -299,11 +325,11 @@ def memory_add(
     from backthink.store import open_database
 
     c: Context = ctx.obj
-    settings = c.settings()
+    settings = c.for_owner(c.settings())
     if not text.strip():
         raise InputError("memory add: the text is empty")
     memory = Memory(
-        owner_id=c.owner_id(settings),
+        owner_id=settings.owner.id,
         kind=MemoryKind(kind.value),
         text=text,
         created_at=SystemClock().now(),
@@ -330,11 +356,13 @@ def memory_list(
     from backthink.store import open_database
 
     c: Context = ctx.obj
-    settings = c.settings()
+    settings = c.for_owner(c.settings())
+
+    owner_id = settings.owner.id
 
     async def go() -> list[Memory]:
         async with open_database(settings.database) as store:
-            return await store.memories.list(c.owner_id(settings), kind=kind, limit=limit)
+            return await store.memories.list(owner_id, kind=kind, limit=limit)
 
     _print_memories(_run(go()), settings, as_json=as_json)
 
@@ -350,11 +378,13 @@ def memory_search(
     from backthink.store import open_database
 
     c: Context = ctx.obj
-    settings = c.settings()
+    settings = c.for_owner(c.settings())
+
+    owner_id = settings.owner.id
 
     async def go() -> list[Memory]:
         async with open_database(settings.database) as store:
-            return await store.memories.search(c.owner_id(settings), query, limit=limit)
+            return await store.memories.search(owner_id, query, limit=limit)
 
     _print_memories(_run(go()), settings, as_json=as_json)
 
@@ -368,8 +398,8 @@ def memory_forget(
     from backthink.store import open_database
 
     c: Context = ctx.obj
-    settings = c.settings()
-    owner_id = c.owner_id(settings)
+    settings = c.for_owner(c.settings())
+    owner_id = settings.owner.id
 
     async def go() -> bool:
         async with open_database(settings.database) as store:
@@ -416,14 +446,14 @@ def rounds(
     from backthink.store import open_database
 
     c: Context = ctx.obj
-    settings = c.settings()
+    settings = c.for_owner(c.settings())
 
     async def go() -> list[RoundRecord]:
         async with open_database(settings.database) as store:
             if (spill := settings.database.spill_path) is not None:
                 # Rounds another process could not save belong in the log shown.
                 await Recorder(store.rounds, spill=Spill(spill)).drain(thorough=True)
-            return await store.rounds.list(owner_id=c.owner_id(settings), limit=limit)
+            return await store.rounds.list(owner_id=settings.owner.id, limit=limit)
 
     records = _run(go())
     if as_json:
@@ -533,8 +563,8 @@ def pause_cmd(
     from backthink.store import open_database
 
     c: Context = ctx.obj
-    settings = c.settings()
-    owner_id = c.owner_id(settings)
+    settings = c.for_owner(c.settings())
+    owner_id = settings.owner.id
     duration = None if length is None else parse_pause_duration(length)
 
     async def go() -> str:
@@ -556,8 +586,8 @@ def resume_cmd(ctx: typer.Context) -> None:
     from backthink.store import open_database
 
     c: Context = ctx.obj
-    settings = c.settings()
-    owner_id = c.owner_id(settings)
+    settings = c.for_owner(c.settings())
+    owner_id = settings.owner.id
 
     async def go() -> bool:
         async with open_database(settings.database) as store:
@@ -576,8 +606,8 @@ def status_cmd(
     from backthink.status import gather
 
     c: Context = ctx.obj
-    settings = c.settings()
-    found = _run(gather(settings, c.owner_id(settings), at=SystemClock().now()))
+    settings = c.for_owner(c.settings())
+    found = _run(gather(settings, settings.owner.id, at=SystemClock().now()))
     if as_json:
         _print_json(found.to_json())
     else:

@@ -96,6 +96,19 @@ class QuietHours(BaseModel):
         return f"{self.start:%H:%M}-{self.end:%H:%M}"
 
 
+def known_zone(value: str) -> str:
+    """Check an IANA time zone name.
+
+    Raises:
+        ValueError: no such zone.
+    """
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {value!r}") from None
+    return value
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -110,16 +123,35 @@ class OwnerSettings(_Section):
     @field_validator("timezone")
     @classmethod
     def _known_zone(cls, value: str) -> str:
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"unknown time zone {value!r}") from None
-        return value
+        return known_zone(value)
 
     @property
     def tz(self) -> ZoneInfo:
         """The owner's time zone."""
         return ZoneInfo(self.timezone)
+
+
+class OwnerEntry(_Section):
+    """One `[owners.ID]` section: an owner and what differs from the global settings.
+
+    `language`, `persona` (a persona prompt file), `state_file` and each
+    `gate` key default to the global values; `channels.NAME` holds the keys
+    that differ for this owner, or a whole channel of its own (with `type`).
+    """
+
+    name: str = ""
+    timezone: str = "UTC"
+    language: Literal["zh", "en"] | None = None
+    persona: Path | None = None
+    state_file: Path | None = None
+    enabled: bool = True
+    gate: dict[str, Any] = Field(default_factory=dict)
+    channels: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        return known_zone(value)
 
 
 class PersonaSettings(_Section):
@@ -278,6 +310,7 @@ class MemorySettings(_Section):
 
 
 _SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,23}")
+_OWNER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,199}")
 
 
 class McpServerSettings(_Section):
@@ -453,11 +486,18 @@ class Settings(BaseSettings):
     tools: ToolsSettings = ToolsSettings()
     web: WebSettings = WebSettings()
     channels: dict[str, ChannelSettings] = Field(default_factory=_default_channels)
+    owners: dict[str, OwnerEntry] = Field(default_factory=dict)
 
-    @property
-    def owner_ids(self) -> list[str]:
-        """The owners rounds may run for: today the one `[owner]` section."""
-        return [self.owner.id]
+    @field_validator("owners")
+    @classmethod
+    def _owner_ids(cls, value: dict[str, OwnerEntry]) -> dict[str, OwnerEntry]:
+        for owner_id in value:
+            if not _OWNER_ID.fullmatch(owner_id):
+                raise ValueError(
+                    f"owner id {owner_id!r}: use letters, digits, '.', '_', '-' and '@' "
+                    "(at most 200)"
+                )
+        return value
 
     @classmethod
     def settings_customise_sources(
@@ -512,6 +552,14 @@ def load_settings(path: Path | None = None) -> Settings:
     if settings.model.api_key is None and env.get("OPENAI_API_KEY"):
         model = settings.model.model_copy(update={"api_key": SecretStr(env["OPENAI_API_KEY"])})
         settings = settings.model_copy(update={"model": model})
+    if settings.owners:
+        from backthink.owners import config_owners, owner_settings
+
+        for owner in config_owners(settings):
+            try:
+                owner_settings(settings, owner)
+            except ConfigError as exc:
+                raise ConfigError(f"{where}: {exc}") from None
     return settings
 
 

@@ -11,38 +11,51 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import zlib
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, timedelta
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
 
 from backthink import poke
-from backthink.app import MODEL_MISSING_HINT, App, open_app, settle_heap
+from backthink.app import MODEL_MISSING_HINT, open_fleet, settle_heap
 from backthink.config import Settings
 from backthink.errors import BackthinkError
-from backthink.models import RoundRecord, Trigger
+from backthink.models import Owner, RoundRecord, Trigger
+from backthink.owners import owner_settings
 from backthink.schedule import HeartbeatTrigger
 from backthink.systemd import Notifier
+
+if TYPE_CHECKING:
+    from backthink.fleet import Fleet
 
 log = structlog.get_logger("backthink.daemon")
 
 GREETING_MARK = "startup_greeting"
 RECORD_GRACE_S = 5.0  # seconds a cut-off round gets to record itself, past the busy timeout
+OWNER_REFRESH = timedelta(minutes=1)  # how soon an owner added, changed or removed is seen
 
 
 class Daemon:
-    """Schedules rounds for a set of owners until asked to stop."""
+    """Schedules rounds for every enabled owner (or the ones given) until asked to stop."""
 
     def __init__(
-        self, app: App, owners: Sequence[str], *, notifier: Notifier | None = None
+        self,
+        fleet: Fleet,
+        owners: Sequence[str] | None = None,
+        *,
+        notifier: Notifier | None = None,
     ) -> None:
-        self._app = app
-        self._settings = app.settings
-        self._owners = list(owners)
+        """Serve `owners`, or (None) every enabled owner, following the owner table."""
+        self._fleet = fleet
+        self._settings = fleet.settings
+        self._only = list(owners) if owners is not None else None
+        self._owners: list[str] = []  # the default first; poke reads it at every request
+        self._scheduled: dict[str, Owner] = {}
         self._notifier = notifier or Notifier()
         self._stop = asyncio.Event()
         self._tasks: set[asyncio.Task[RoundRecord]] = set()
@@ -50,7 +63,7 @@ class Daemon:
         self._accepting = True
         # Under overload, due rounds wait for a slot instead of all starting at once
         # and each taking ever longer (and holding memory) while the model is slow.
-        self._slots = asyncio.Semaphore(app.settings.daemon.max_concurrent_rounds)
+        self._slots = asyncio.Semaphore(self._settings.daemon.max_concurrent_rounds)
         self._scheduler: AsyncIOScheduler | None = None
 
     def request_stop(self) -> None:
@@ -64,7 +77,8 @@ class Daemon:
         async with self._slots:
             if not self._accepting:
                 raise BackthinkError("the daemon is stopping")
-            task = asyncio.create_task(self._app.thinker.run_round(owner_id, trigger))
+            app = await self._fleet.app(owner_id)
+            task = asyncio.create_task(app.thinker.run_round(owner_id, trigger))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             record = await asyncio.shield(task)
@@ -75,9 +89,10 @@ class Daemon:
         """What only the running daemon knows: the owner's next heartbeat, the channels' health."""
         job = self._scheduler.get_job(f"heartbeat:{owner_id}") if self._scheduler else None
         at = job.next_run_time if job is not None else None
+        app = self._fleet.cached(owner_id)
         return {
             "next_heartbeat": at.astimezone(UTC).isoformat() if at is not None else None,
-            "channels": self._app.dispatcher.health(),
+            "channels": app.dispatcher.health() if app is not None else {},
         }
 
     async def _job(self, owner_id: str, trigger: str) -> None:
@@ -88,8 +103,9 @@ class Daemon:
 
     async def _greet(self, owner_id: str) -> None:
         """The startup round, at most once per `schedule.startup_cooldown` across restarts."""
-        rounds = self._app.rounds
-        now = self._app.clock.now()
+        app = await self._fleet.app(owner_id)
+        rounds = app.rounds
+        now = app.clock.now()
         last = await rounds.marked_at(owner_id, GREETING_MARK)
         cooldown = self._settings.schedule.startup_cooldown
         if last is not None and now - last < cooldown:
@@ -105,6 +121,58 @@ class Daemon:
         await rounds.mark(owner_id, GREETING_MARK, now)
         await self.run_round(owner_id, Trigger.STARTUP.value)
 
+    async def _greet_all(self, owners: Sequence[str]) -> None:
+        for owner_id in owners:
+            try:
+                await self._greet(owner_id)
+            except BackthinkError as exc:
+                log.warning("daemon.greeting_failed", owner_id=owner_id, error=str(exc))
+
+    async def _enabled(self) -> list[Owner]:
+        """The owners to serve now: the enabled ones, or those of them asked for."""
+        owners = await self._fleet.owners()
+        if self._only is not None:
+            owners = [o for o in owners if o.id in self._only]
+        # The default owner first: a poke without owner_id is for it.
+        return sorted(owners, key=lambda o: (o.id != self._settings.owner.id, o.id))
+
+    def _follow(self, owners: Sequence[Owner], now: datetime) -> None:
+        """Add, replace and remove heartbeat and cron jobs so they match `owners`."""
+        scheduler = self._scheduler
+        assert scheduler is not None
+        wanted = {o.id: o for o in owners}
+        for owner_id in [k for k in self._scheduled if wanted.get(k) != self._scheduled[k]]:
+            remove_owner_jobs(scheduler, owner_id)
+            del self._scheduled[owner_id]
+        spread = len(wanted) > 1
+        for owner_id, owner in wanted.items():
+            if owner_id in self._scheduled:
+                continue
+            try:
+                settings = owner_settings(self._settings, owner)
+            except BackthinkError as exc:
+                log.warning("daemon.owner_unscheduled", owner_id=owner_id, error=str(exc))
+                continue
+            first = now + settings.schedule.heartbeat * (phase(owner_id) if spread else 1.0)
+            add_owner_jobs(scheduler, owner_id, settings, self._job, first=first)
+            self._scheduled[owner_id] = owner
+        self._owners[:] = [o.id for o in owners if o.id in self._scheduled]
+
+    async def _refresh(self) -> None:
+        """Follow the owner table: owners added, changed, disabled or removed."""
+        try:
+            owners = await self._enabled()
+        except BackthinkError as exc:
+            log.warning("daemon.owners_unreadable", error=str(exc))
+            return
+        before = set(self._scheduled)
+        self._follow(owners, datetime.now(UTC))
+        added = set(self._scheduled) - before
+        if added or before - set(self._scheduled):
+            log.info("daemon.owners_changed", owners=len(self._scheduled), added=len(added))
+        if added and self._settings.schedule.startup_greeting:
+            await self._greet_all(sorted(added))
+
     async def _watchdog(self, interval_s: float) -> None:
         # Pinged from the event loop itself: a blocked loop stops the pings and
         # systemd restarts the service.
@@ -115,32 +183,43 @@ class Daemon:
     async def run(self) -> int:
         """Run until `request_stop`; return the exit code."""
         s = self._settings
+        owners = await self._enabled()
+        model = self._fleet.model
+        first = await self._fleet.app(owners[0].id) if owners else None
         log.info(
             "daemon.started",
-            owners=len(self._owners),
+            owners=len(owners),
             heartbeat_s=s.schedule.heartbeat.total_seconds(),
             quiet_heartbeat_s=s.schedule.quiet_heartbeat.total_seconds(),
             cron=s.schedule.cron or None,
-            channels=self._app.thinker.connected(),
-            model=s.model.name if self._app.model else None,
+            channels=first.thinker.connected() if first is not None else [],
+            model=s.model.name if model else None,
         )
-        if self._app.model is None:
+        if model is None:
             log.warning("daemon.model_missing", hint=MODEL_MISSING_HINT)
-        await self._app.thinker.resume()
+        await self._fleet.resume(self._fleet.clock.now())
         server = await poke.serve(s.daemon.socket, self.run_round, self._owners, status=self.status)
+        scheduler = self._scheduler = build_scheduler(s, [], self._job)
+        self._follow(owners, datetime.now(UTC))
         web = None
-        if s.web.listen:
+        if s.web.listen and self._owners:
             # Imported here: without [web] listen the daemon never loads the page's modules.
             from backthink.web import start_web
 
-            web = await start_web(self._app, self._owners[0], live=self.status)
-        scheduler = self._scheduler = build_scheduler(s, self._owners, self._job)
+            page_app = await self._fleet.app(self._owners[0])
+            web = await start_web(page_app, self._owners[0], live=self.status)
+        scheduler.add_job(
+            self._refresh,
+            "interval",
+            seconds=OWNER_REFRESH.total_seconds(),
+            id="owners",
+        )
         scheduler.start()
         helpers: list[asyncio.Task[None]] = []
         if (interval := self._notifier.watchdog_interval_s) is not None:
             helpers.append(asyncio.create_task(self._watchdog(interval)))
         if s.schedule.startup_greeting:
-            helpers.extend(asyncio.create_task(self._greet(owner)) for owner in self._owners)
+            helpers.append(asyncio.create_task(self._greet_all(list(self._owners))))
         self._notifier.notify("READY=1", "STATUS=thinking on a heartbeat")
         log.info("daemon.ready", socket=str(s.daemon.socket), next_heartbeat=_next_run(scheduler))
 
@@ -186,37 +265,70 @@ class Daemon:
 def build_scheduler(
     settings: Settings, owners: Sequence[str], job: Callable[[str, str], Awaitable[None]]
 ) -> AsyncIOScheduler:
-    """One heartbeat job per owner (slower in quiet hours) and one job per cron line.
+    """A scheduler with one heartbeat job per owner (slower in quiet hours) and one per cron line.
 
     Every job coalesces missed runs, never overlaps itself, and may start up to
     one heartbeat late; a run later than that is dropped, not bunched up.
+    `owners` are scheduled with `settings` as they are; the daemon adds each
+    owner's jobs with that owner's settings (`add_owner_jobs`).
     """
-    s = settings.schedule
-    tz = settings.owner.tz
-    grace = max(1, int(s.heartbeat.total_seconds()))
+    grace = max(1, int(settings.schedule.heartbeat.total_seconds()))
     scheduler = AsyncIOScheduler(
-        timezone=tz,
+        timezone=settings.owner.tz,
         job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": grace},
     )
     for owner in owners:
-        trigger = HeartbeatTrigger(
-            heartbeat=s.heartbeat,
-            quiet_heartbeat=s.quiet_heartbeat,
-            quiet=settings.gate.quiet_hours,
-            tz=tz,
-            jitter=s.jitter,
-        )
-        scheduler.add_job(
-            job, trigger, args=(owner, Trigger.HEARTBEAT.value), id=f"heartbeat:{owner}"
-        )
-        for i, expr in enumerate(s.cron):
-            scheduler.add_job(
-                job,
-                CronTrigger.from_crontab(expr, timezone=tz),
-                args=(owner, Trigger.CRON.value),
-                id=f"cron:{owner}:{i}",
-            )
+        add_owner_jobs(scheduler, owner, settings, job)
     return scheduler
+
+
+def add_owner_jobs(
+    scheduler: AsyncIOScheduler,
+    owner_id: str,
+    settings: Settings,
+    job: Callable[[str, str], Awaitable[None]],
+    *,
+    first: datetime | None = None,
+) -> None:
+    """Add an owner's heartbeat (first at `first`, default one heartbeat on) and cron jobs.
+
+    Times follow the owner's time zone and quiet hours.
+    """
+    s = settings.schedule
+    tz = settings.owner.tz
+    trigger = HeartbeatTrigger(
+        heartbeat=s.heartbeat,
+        quiet_heartbeat=s.quiet_heartbeat,
+        quiet=settings.gate.quiet_hours,
+        tz=tz,
+        jitter=s.jitter,
+    )
+    extra: dict[str, Any] = {} if first is None else {"next_run_time": first}
+    scheduler.add_job(
+        job, trigger, args=(owner_id, Trigger.HEARTBEAT.value), id=f"heartbeat:{owner_id}", **extra
+    )
+    for i, expr in enumerate(s.cron):
+        scheduler.add_job(
+            job,
+            CronTrigger.from_crontab(expr, timezone=tz),
+            args=(owner_id, Trigger.CRON.value),
+            id=f"cron:{owner_id}:{i}",
+        )
+
+
+def remove_owner_jobs(scheduler: AsyncIOScheduler, owner_id: str) -> None:
+    """Remove an owner's heartbeat and cron jobs."""
+    for job in scheduler.get_jobs():
+        if job.id == f"heartbeat:{owner_id}" or job.id.startswith(f"cron:{owner_id}:"):
+            job.remove()
+
+
+def phase(owner_id: str) -> float:
+    """Where in the heartbeat an owner's first round falls, in (0, 1], the same at every start.
+
+    Owners' rounds spread over the interval instead of all falling at once.
+    """
+    return (zlib.crc32(owner_id.encode()) % 10_000 + 1) / 10_000
 
 
 def _next_run(scheduler: AsyncIOScheduler) -> str | None:
@@ -224,16 +336,18 @@ def _next_run(scheduler: AsyncIOScheduler) -> str | None:
     return min(times).isoformat() if times else None
 
 
-async def run_daemon(settings: Settings, *, owners: Sequence[str]) -> int:
-    """Open the app, run the daemon under SIGTERM/SIGINT handling, return the exit code.
+async def run_daemon(settings: Settings, *, owners: Sequence[str] | None = None) -> int:
+    """Open the fleet, run the daemon under SIGTERM/SIGINT handling, return the exit code.
+
+    `owners` limits it to those owners; None serves every enabled owner.
 
     Raises:
         ConfigError: the page would listen beyond loopback without a token.
     """
     settings.web.check_serving()
-    async with open_app(settings) as app:
+    async with open_fleet(settings) as fleet:
         settle_heap()
-        daemon = Daemon(app, owners)
+        daemon = Daemon(fleet, owners)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, daemon.request_stop)

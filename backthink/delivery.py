@@ -286,21 +286,23 @@ class Dispatcher:
             at=now,
         )
 
-    async def resume(self) -> list[Resumed]:
+    async def resume(self, *, owner_id: str | None = None) -> list[Resumed]:
         """Send every pending delivery (left by a crash); return those whose round is unrecorded.
+
+        With `owner_id`, only that owner's deliveries.
 
         A row can be left unrecorded pending (the process died while sending) or
         finished (it died after the last attempt, before the round's record).
         The caller records each returned delivery's round.
         """
-        pending = await self._outbox.pending()
+        pending = await self._outbox.pending(owner_id=owner_id)
         for delivery in pending:
             await self.send(delivery)
         if pending:
             log.info("delivery.resumed", count=len(pending))
         # Back a day, and back to the oldest row just resumed, however old it was.
         since = min([self._clock.now() - UNRECORDED_LOOKBACK, *(d.created_at for d in pending)])
-        left = await self._outbox.unrecorded(since=since)
+        left = await self._outbox.unrecorded(since=since, owner_id=owner_id)
         # Pending rows were just sent; the rest are read back as they were left.
         return [Resumed(d, _result_of(d)) for d in left]
 

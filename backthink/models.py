@@ -169,6 +169,36 @@ class Memory(_Frozen):
     round_id: str | None = None
 
 
+class Owner(_Frozen):
+    """One person a companion serves, with what differs from the global settings.
+
+    `language`, `persona` (the persona prompt file), `state_file` and each
+    `gate` key fall back to the global value when unset; `channels` maps a
+    channel name to the keys that differ for this owner (a webhook `url`, an
+    apprise `url`), or to a whole channel of its own (with `type`). `source`
+    says who manages the row: `config` for the config file's owners (written
+    in at every start), `cli` for `backthink owners`.
+    """
+
+    id: str = Field(min_length=1, max_length=200)
+    name: str = ""
+    timezone: str = "UTC"
+    language: Literal["zh", "en"] | None = None
+    persona: str | None = None
+    state_file: str | None = None
+    channels: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    gate: dict[str, Any] = Field(default_factory=dict)
+    enabled: bool = True
+    source: Literal["config", "cli"] = "cli"
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        from backthink.config import known_zone
+
+        return known_zone(value)
+
+
 class MemoryRef(_Frozen):
     """A memory or an older message a round's prompt showed: its kind and id, never its text.
 

@@ -59,10 +59,11 @@ async def serve(
     Args:
         path: the socket file.
         run_round: runs one round for (owner, trigger).
-        owners: the owners rounds may run for; the first is the default.
+        owners: the owners rounds may run for, the default first; read at every
+            request, so the caller may change the list while serving.
         status: answers a status request for an owner (None: status requests are refused).
     """
-    allowed = list(owners)
+    allowed = owners
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

@@ -22,6 +22,7 @@ from backthink.models import (
     ModelMessage,
     ModelReply,
     OutgoingMessage,
+    Owner,
     OwnerActivity,
     Recalled,
     RoundRecord,
@@ -95,6 +96,30 @@ class MessageStore(Protocol):
 
     async def by_ids(self, owner_id: str, ids: Collection[int]) -> list[Message]:
         """Return an owner's messages with these ids, oldest first; ids not there are left out."""
+        ...
+
+
+class OwnerStore(Protocol):
+    """Owners: who the companions serve, with their per-owner settings."""
+
+    async def list(self, *, enabled_only: bool = False) -> builtins.list[Owner]:
+        """Return every owner (or the enabled ones), by id."""
+        ...
+
+    async def get(self, owner_id: str) -> Owner | None:
+        """Return the owner with this id, or None."""
+        ...
+
+    async def put(self, owner: Owner, *, at: datetime) -> None:
+        """Insert the owner, or replace what it says."""
+        ...
+
+    async def remove(self, owner_id: str) -> bool:
+        """Delete the owner (its messages and rounds stay); False if there is none."""
+        ...
+
+    async def sync_config(self, owners: Sequence[Owner], *, at: datetime) -> None:
+        """Make `owners` the owners of source `config`: write each, delete the others."""
         ...
 
 
@@ -198,7 +223,7 @@ class Outbox(Protocol):
         """Return one delivery, or None."""
         ...
 
-    async def pending(self, *, limit: int = 100) -> list[Delivery]:
+    async def pending(self, *, limit: int = 100, owner_id: str | None = None) -> list[Delivery]:
         """Return deliveries not yet sent nor given up, the earliest due first."""
         ...
 
@@ -206,7 +231,9 @@ class Outbox(Protocol):
         """Move a failed delivery and its write-back message to another channel, pending again."""
         ...
 
-    async def unrecorded(self, *, since: datetime, limit: int = 100) -> list[Delivery]:
+    async def unrecorded(
+        self, *, since: datetime, limit: int = 100, owner_id: str | None = None
+    ) -> list[Delivery]:
         """Return deliveries created at or after `since` whose round has no record yet.
 
         Oldest first. A process that dies between a delivery's commit and its

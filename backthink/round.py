@@ -456,13 +456,13 @@ class Thinker:
             ignored_future=len(owner) < len(activity.owner_messages),
         )
 
-    async def resume(self) -> int:
-        """Finish deliveries a previous process left, and record their rounds.
+    async def resume(self, *, owner_id: str | None = None) -> int:
+        """Finish deliveries a previous process left (one owner's, or all), and record their rounds.
 
         Returns:
             How many rounds were recorded.
         """
-        resumed = await self._delivery.resume()
+        resumed = await self._delivery.resume(owner_id=owner_id)
         for left in resumed:
             with structlog.contextvars.bound_contextvars(
                 round_id=left.delivery.id, owner_id=left.delivery.owner_id

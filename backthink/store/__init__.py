@@ -14,11 +14,13 @@ from backthink.store.memory import (
     MemoryMemoryStore,
     MemoryMessageStore,
     MemoryOutbox,
+    MemoryOwnerStore,
     MemoryRoundStore,
 )
 from backthink.store.messages import SqlMessageStore
 from backthink.store.migrator import migrate
 from backthink.store.outbox import SqlOutbox
+from backthink.store.owners import SqlOwnerStore
 from backthink.store.rounds import SqlRoundStore
 
 __all__ = [
@@ -27,10 +29,12 @@ __all__ = [
     "MemoryMemoryStore",
     "MemoryMessageStore",
     "MemoryOutbox",
+    "MemoryOwnerStore",
     "MemoryRoundStore",
     "SqlMemoryStore",
     "SqlMessageStore",
     "SqlOutbox",
+    "SqlOwnerStore",
     "SqlRoundStore",
     "SqlStores",
     "create_engine",
@@ -49,6 +53,7 @@ class SqlStores:
     rounds: SqlRoundStore
     outbox: SqlOutbox
     memories: SqlMemoryStore
+    owners: SqlOwnerStore
 
 
 async def open_store(
@@ -82,6 +87,6 @@ async def open_database(settings: DatabaseSettings) -> AsyncIterator[SqlStores]:
     """
     db, messages, rounds = await open_store(settings.url, busy_timeout_ms=settings.busy_timeout_ms)
     try:
-        yield SqlStores(db, messages, rounds, SqlOutbox(db), SqlMemoryStore(db))
+        yield SqlStores(db, messages, rounds, SqlOutbox(db), SqlMemoryStore(db), SqlOwnerStore(db))
     finally:
         await db.dispose()

@@ -19,6 +19,7 @@ from backthink.models import (
     Memory,
     MemoryKind,
     Message,
+    Owner,
     OwnerActivity,
     PastPush,
     Recalled,
@@ -253,9 +254,15 @@ class MemoryOutbox:
         """Return one delivery, or None."""
         return self._rows.get(delivery_id)
 
-    async def pending(self, *, limit: int = 100) -> builtins.list[Delivery]:
-        """Return pending deliveries, the earliest due first."""
-        rows = [d for d in self._rows.values() if d.status is DeliveryStatus.PENDING]
+    async def pending(
+        self, *, limit: int = 100, owner_id: str | None = None
+    ) -> builtins.list[Delivery]:
+        """Return pending deliveries (of one owner, or all), the earliest due first."""
+        rows = [
+            d
+            for d in self._rows.values()
+            if d.status is DeliveryStatus.PENDING and owner_id in (None, d.owner_id)
+        ]
         rows.sort(key=lambda d: (d.next_attempt_at or d.created_at, d.created_at))
         return rows[:limit]
 
@@ -273,12 +280,16 @@ class MemoryOutbox:
         self._messages._rewrite_writeback(delivery_id, channel=channel, undelivered=False)
         return row
 
-    async def unrecorded(self, *, since: datetime, limit: int = 100) -> builtins.list[Delivery]:
+    async def unrecorded(
+        self, *, since: datetime, limit: int = 100, owner_id: str | None = None
+    ) -> builtins.list[Delivery]:
         """Return deliveries created at or after `since` whose round has no record, oldest first."""
         rows = [
             d
             for d in self._rows.values()
-            if d.created_at >= since and await self._rounds.get(d.id) is None
+            if d.created_at >= since
+            and owner_id in (None, d.owner_id)
+            and await self._rounds.get(d.id) is None
         ]
         rows.sort(key=lambda d: d.created_at)
         return rows[:limit]
@@ -431,3 +442,36 @@ class MemoryMemoryStore:
             and any(recall.contains(m.text, t) for t in weights)
         ]
         return recall.select(found, weights, window, limit=limit, max_chars=max_chars)
+
+
+class MemoryOwnerStore:
+    """An OwnerStore in a dict keyed by owner id."""
+
+    def __init__(self) -> None:
+        """Start with no owners."""
+        self._rows: dict[str, Owner] = {}
+
+    async def list(self, *, enabled_only: bool = False) -> builtins.list[Owner]:
+        """Return every owner (or the enabled ones), by id."""
+        return [o for _, o in sorted(self._rows.items()) if o.enabled or not enabled_only]
+
+    async def get(self, owner_id: str) -> Owner | None:
+        """Return the owner with this id, or None."""
+        return self._rows.get(owner_id)
+
+    async def put(self, owner: Owner, *, at: datetime) -> None:
+        """Insert the owner, or replace what it says."""
+        self._rows[owner.id] = owner
+
+    async def remove(self, owner_id: str) -> bool:
+        """Delete the owner; False if there is none."""
+        return self._rows.pop(owner_id, None) is not None
+
+    async def sync_config(self, owners: Sequence[Owner], *, at: datetime) -> None:
+        """Make `owners` the owners of source `config`: write each, delete the others."""
+        named = {o.id for o in owners}
+        for owner_id in [k for k, o in self._rows.items() if o.source == "config"]:
+            if owner_id not in named:
+                del self._rows[owner_id]
+        for owner in owners:
+            self._rows[owner.id] = owner

@@ -124,27 +124,31 @@ class SqlOutbox:
             row = await self._db.read(lambda c: c.execute(query).mappings().first())
             return None if row is None else _to_delivery(row)
 
-    async def pending(self, *, limit: int = 100) -> builtins.list[Delivery]:
-        """Return pending deliveries, the earliest due first."""
-        query = (
-            select(DeliveryRow)
-            .where(col(DeliveryRow.status) == DeliveryStatus.PENDING.value)
-            .order_by(col(DeliveryRow.next_attempt_at), col(DeliveryRow.created_at))
-            .limit(limit)
-        )
+    async def pending(
+        self, *, limit: int = 100, owner_id: str | None = None
+    ) -> builtins.list[Delivery]:
+        """Return pending deliveries (of one owner, or all), the earliest due first."""
+        query = select(DeliveryRow).where(col(DeliveryRow.status) == DeliveryStatus.PENDING.value)
+        if owner_id is not None:
+            query = query.where(col(DeliveryRow.owner_id) == owner_id)
+        query = query.order_by(col(DeliveryRow.next_attempt_at), col(DeliveryRow.created_at))
+        query = query.limit(limit)
         with store_errors("could not read deliveries"):
             rows = await self._db.read(lambda c: c.execute(query).mappings().all())
             return [_to_delivery(row) for row in rows]
 
-    async def unrecorded(self, *, since: datetime, limit: int = 100) -> builtins.list[Delivery]:
+    async def unrecorded(
+        self, *, since: datetime, limit: int = 100, owner_id: str | None = None
+    ) -> builtins.list[Delivery]:
         """Return deliveries created at or after `since` whose round has no record, oldest first."""
         query = (
             select(DeliveryRow)
             .outerjoin(RoundRow, col(RoundRow.id) == col(DeliveryRow.id))
             .where(col(DeliveryRow.created_at) >= since.astimezone(UTC), col(RoundRow.id).is_(None))
-            .order_by(col(DeliveryRow.created_at))
-            .limit(limit)
         )
+        if owner_id is not None:
+            query = query.where(col(DeliveryRow.owner_id) == owner_id)
+        query = query.order_by(col(DeliveryRow.created_at)).limit(limit)
         with store_errors("could not read deliveries"):
             rows = await self._db.read(lambda c: c.execute(query).mappings().all())
             return [_to_delivery(row) for row in rows]

@@ -1,4 +1,4 @@
-"""The SQLModel tables: message, round, the delivery outbox and long-term memory.
+"""The SQLModel tables: message, round, the delivery outbox, long-term memory and owners.
 
 Rows are storage only; the stores convert them to the pydantic models of
 `backthink.models` at the boundary, so no row object leaves this package.
@@ -184,3 +184,35 @@ class MemoryRow(_Table, table=True):
     created_at: datetime = Field(sa_type=UTCDateTime)
     source: str = Field(sa_type=String)
     round_id: str | None = Field(default=None, sa_type=String)
+
+
+OWNER_SOURCES = ("config", "cli")
+
+
+class OwnerRow(_Table, table=True):
+    """One owner; `channels` and `gate` are JSON objects of per-owner overrides.
+
+    `next_due_at` and `greeted_at` are the distributed worker's schedule: when
+    the owner's next heartbeat is due, and when a worker last began its startup
+    greeting. The one-machine daemon keeps its schedule in memory instead.
+    """
+
+    __tablename__ = "owner"
+    __table_args__ = (
+        CheckConstraint(_one_of("source", OWNER_SOURCES), name="source"),
+        Index("ix_owner_due", "enabled", "next_due_at"),
+    )
+
+    id: str = Field(primary_key=True, sa_type=String)
+    name: str = Field(default="", sa_type=Text)
+    timezone: str = Field(sa_type=String)
+    language: str | None = Field(default=None, sa_type=String)
+    persona: str | None = Field(default=None, sa_type=Text)
+    state_file: str | None = Field(default=None, sa_type=Text)
+    channels: str = Field(default="{}", sa_type=Text)
+    gate: str = Field(default="{}", sa_type=Text)
+    enabled: bool = Field(default=True, sa_type=Boolean)
+    source: str = Field(sa_type=String)
+    updated_at: datetime = Field(sa_type=UTCDateTime)
+    next_due_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    greeted_at: datetime | None = Field(default=None, sa_type=UTCDateTime)

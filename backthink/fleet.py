@@ -1,0 +1,153 @@
+"""The fleet: every owner's App over one open database and one model client.
+
+An owner's App is wired from the owner's settings (`owners.owner_settings`)
+the first time a round needs it, and again when its row changes; apps share
+the stores, the model client, the templates and persona prompts already
+read. A process holds at most `CACHED_APPS` of them: wiring one is cheap
+(no connection, no file read once the templates are cached), so an owner
+whose app was dropped gets a new one at its next round.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import structlog
+
+from backthink.app import App, read_persona_prompt
+from backthink.attribution import Language
+from backthink.config import Settings
+from backthink.delivery import UNRECORDED_LOOKBACK
+from backthink.errors import BackthinkError, InputError
+from backthink.models import Owner
+from backthink.owners import config_owners, find_owner, owner_settings
+from backthink.ports import Clock, ModelClient, Outbox, OwnerStore
+from backthink.prompts import PromptBook
+
+log = structlog.get_logger("backthink.fleet")
+
+CACHED_APPS = 4096
+Wire = Callable[[Settings, PromptBook, str], App]
+"""Builds one owner's App from its settings, templates and persona prompt."""
+
+
+@dataclass(frozen=True)
+class _Wired:
+    owner: Owner
+    app: App
+
+
+class Fleet:
+    """Resolves owners and hands out each one's App."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        owners: OwnerStore,
+        outbox: Outbox,
+        wire: Wire,
+        *,
+        clock: Clock,
+        model: ModelClient | None,
+    ) -> None:
+        """Serve the owners of `owners` (an OwnerStore), wiring their apps with `wire`."""
+        self.settings = settings
+        self.clock = clock
+        self.model = model
+        self._owners = owners
+        self._outbox = outbox
+        self._wire = wire
+        self._apps: OrderedDict[str, _Wired] = OrderedDict()
+        self._books: dict[tuple[Path, Language], PromptBook] = {}
+        self._personas: dict[tuple[Path | None, str, str], str] = {}
+
+    async def sync(self, at: datetime) -> None:
+        """Write the config file's owners into the owner table (unchanged rows stay as they are)."""
+        await self._owners.sync_config(config_owners(self.settings), at=at)
+
+    async def owners(self) -> list[Owner]:
+        """The enabled owners, by id."""
+        return await self._owners.list(enabled_only=True)
+
+    async def owner(self, owner_id: str) -> Owner:
+        """The enabled owner with this id.
+
+        Raises:
+            InputError: there is none, or it is disabled.
+        """
+        owner = await find_owner(self._owners, self.settings, owner_id)
+        if not owner.enabled:
+            raise InputError(
+                f"owner {owner_id!r} is disabled (backthink owners set ID enabled true)"
+            )
+        return owner
+
+    async def default_owner(self) -> str:
+        """The owner a command acts for without `--owner`: `[owner] id` if it is one, else the only.
+
+        Raises:
+            InputError: there are several and none is `[owner] id`.
+        """
+        return (await find_owner(self._owners, self.settings, None)).id
+
+    async def app(self, owner_id: str) -> App:
+        """The owner's App, wired from its current row.
+
+        Raises:
+            InputError: no enabled owner has this id.
+            ConfigError: the owner's settings cannot work.
+        """
+        owner = await self.owner(owner_id)
+        wired = self._apps.get(owner_id)
+        if wired is not None and wired.owner == owner:
+            self._apps.move_to_end(owner_id)
+            return wired.app
+        app = self._build(owner)
+        self._apps[owner_id] = _Wired(owner, app)
+        self._apps.move_to_end(owner_id)
+        while len(self._apps) > CACHED_APPS:
+            self._apps.popitem(last=False)
+        return app
+
+    def cached(self, owner_id: str) -> App | None:
+        """The owner's App if one is wired already (no database read)."""
+        wired = self._apps.get(owner_id)
+        return wired.app if wired is not None else None
+
+    def _build(self, owner: Owner) -> App:
+        settings = owner_settings(self.settings, owner)
+        key = (settings.prompt.dir, settings.prompt.language)
+        book = self._books.get(key)
+        if book is None:
+            book = self._books[key] = PromptBook.load(*key)
+        persona_key = (
+            settings.persona.prompt_file,
+            settings.persona.name or settings.persona.id,
+            settings.prompt.language,
+        )
+        persona = self._personas.get(persona_key)
+        if persona is None:
+            persona = self._personas[persona_key] = read_persona_prompt(settings)
+        return self._wire(settings, book, persona)
+
+    async def resume(self, at: datetime) -> int:
+        """Finish every owner's deliveries a previous process left; return rounds recorded.
+
+        Each owner's are sent through its own channels; those of an owner
+        that is gone (or whose settings no longer work) stay as they are, logged.
+        """
+        pending = await self._outbox.pending(limit=10_000)
+        unrecorded = await self._outbox.unrecorded(since=at - UNRECORDED_LOOKBACK, limit=10_000)
+        resumed = 0
+        for owner_id in sorted({d.owner_id for d in [*pending, *unrecorded]}):
+            try:
+                app = await self.app(owner_id)
+            except BackthinkError as exc:
+                log.warning("fleet.resume_skipped", owner_id=owner_id, error=str(exc))
+                continue
+            resumed += await app.thinker.resume(owner_id=owner_id)
+        return resumed

@@ -1,0 +1,175 @@
+"""SqlOwnerStore: owners in the `owner` table, and the distributed worker's schedule over it."""
+
+from __future__ import annotations
+
+import builtins
+import json
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import bindparam, delete, insert, or_, update
+from sqlalchemy.engine import Connection, RowMapping
+from sqlmodel import col, select
+
+from backthink.models import Owner
+from backthink.store.database import Database
+from backthink.store.failures import store_errors
+from backthink.store.tables import OwnerRow
+
+_FIELDS = tuple(Owner.model_fields)
+_MOVE = (
+    update(OwnerRow)
+    .where(col(OwnerRow.id) == bindparam("owner"))
+    .values(next_due_at=bindparam("due"))
+)
+
+
+def owner_values(owner: Owner) -> dict[str, Any]:
+    """The row values of an owner (its schedule columns are left alone)."""
+    values = dict(owner)
+    values["channels"] = json.dumps(owner.channels, ensure_ascii=False, sort_keys=True)
+    values["gate"] = json.dumps(owner.gate, ensure_ascii=False, sort_keys=True)
+    return values
+
+
+def to_owner(row: RowMapping) -> Owner:
+    """The owner of a row."""
+    values = {name: row[name] for name in _FIELDS}
+    values["channels"] = json.loads(row["channels"])
+    values["gate"] = json.loads(row["gate"])
+    return Owner.model_validate(values)
+
+
+def _put(conn: Connection, owner: Owner, at: datetime) -> None:
+    values = {**owner_values(owner), "updated_at": at.astimezone(UTC)}
+    changed = conn.execute(update(OwnerRow).where(col(OwnerRow.id) == owner.id).values(**values))
+    if changed.rowcount == 0:
+        conn.execute(insert(OwnerRow), values)
+
+
+class SqlOwnerStore:
+    """The OwnerStore on SQL."""
+
+    def __init__(self, db: Database) -> None:
+        """Use `db`, which must already be migrated (see `open_store`)."""
+        self._db = db
+
+    async def list(self, *, enabled_only: bool = False) -> builtins.list[Owner]:
+        """Return every owner (or the enabled ones), by id."""
+        query = select(OwnerRow)
+        if enabled_only:
+            query = query.where(col(OwnerRow.enabled))
+        query = query.order_by(col(OwnerRow.id))
+        with store_errors("could not read owners"):
+            rows = await self._db.read(lambda c: c.execute(query).mappings().all())
+            return [to_owner(row) for row in rows]
+
+    async def get(self, owner_id: str) -> Owner | None:
+        """Return the owner with this id, or None."""
+        query = select(OwnerRow).where(col(OwnerRow.id) == owner_id)
+        with store_errors("could not read owners"):
+            row = await self._db.read(lambda c: c.execute(query).mappings().first())
+            return None if row is None else to_owner(row)
+
+    async def put(self, owner: Owner, *, at: datetime) -> None:
+        """Insert the owner, or replace what it says (its schedule stays)."""
+        with store_errors(f"could not store owner {owner.id!r}"):
+            await self._db.write(lambda c: _put(c, owner, at))
+
+    async def remove(self, owner_id: str) -> bool:
+        """Delete the owner's row (its messages and rounds stay); False if there is none."""
+        statement = delete(OwnerRow).where(col(OwnerRow.id) == owner_id)
+        with store_errors(f"could not remove owner {owner_id!r}"):
+            removed = await self._db.write(lambda c: c.execute(statement).rowcount)
+            return bool(removed)
+
+    async def sync_config(self, owners: Sequence[Owner], *, at: datetime) -> None:
+        """Make the config file's owners the rows of source `config`, in one transaction.
+
+        Each is written as the file says; a `config` row the file no longer
+        names is deleted. Rows managed with `backthink owners` are untouched.
+        """
+        ids = [owner.id for owner in owners]
+        stale = delete(OwnerRow).where(
+            col(OwnerRow.source) == "config", col(OwnerRow.id).not_in(ids)
+        )
+        current = select(OwnerRow).where(col(OwnerRow.id).in_(ids))
+
+        def run(conn: Connection) -> None:
+            rows = {row["id"]: row for row in conn.execute(current).mappings()}
+            for owner in owners:
+                row = rows.get(owner.id)
+                # An unchanged row is not rewritten: every worker syncs at start.
+                if row is None or to_owner(row) != owner:
+                    _put(conn, owner, at)
+            conn.execute(stale)
+
+        with store_errors("could not store the config file's owners"):
+            await self._db.write(run)
+
+    async def claim_due(
+        self, at: datetime, *, limit: int, step: Callable[[str, datetime], datetime]
+    ) -> builtins.list[tuple[str, datetime]]:
+        """Claim up to `limit` enabled owners due at `at`: (owner id, due time), earliest first.
+
+        An owner with no due time yet is due now. Each claimed owner's
+        `next_due_at` becomes `step(owner id, due time)` in the same
+        transaction; on PostgreSQL the rows are locked with SKIP LOCKED, so
+        workers sweeping at once never claim the same owner.
+        """
+        if limit <= 0:
+            return []
+        when = at.astimezone(UTC)
+        query = (
+            select(OwnerRow.id, OwnerRow.next_due_at)
+            .where(
+                col(OwnerRow.enabled),
+                or_(col(OwnerRow.next_due_at).is_(None), col(OwnerRow.next_due_at) <= when),
+            )
+            .order_by(col(OwnerRow.next_due_at).nulls_first(), col(OwnerRow.id))
+            .limit(limit)
+        )
+        if self._db.engine.url.get_backend_name() == "postgresql":
+            query = query.with_for_update(skip_locked=True)
+
+        def run(conn: Connection) -> builtins.list[tuple[str, datetime]]:
+            due = [(row[0], (row[1] or when).astimezone(UTC)) for row in conn.execute(query)]
+            if due:
+                moves = [
+                    {"owner": owner_id, "due": step(owner_id, due_at).astimezone(UTC)}
+                    for owner_id, due_at in due
+                ]
+                conn.execute(_MOVE, moves)
+            return due
+
+        with store_errors("could not claim due owners"):
+            return await self._db.write(run)
+
+    async def set_due(self, due: dict[str, datetime]) -> None:
+        """Set owners' next due times."""
+        moves = [{"owner": owner_id, "due": at.astimezone(UTC)} for owner_id, at in due.items()]
+        if not moves:
+            return
+        with store_errors("could not schedule owners"):
+            await self._db.write(lambda c: c.execute(_MOVE, moves))
+
+    async def claim_greeting(self, owner_id: str, at: datetime, *, cooldown: timedelta) -> bool:
+        """Take the owner's startup greeting unless one began within `cooldown`; atomic.
+
+        Of several workers starting at once, exactly one gets True.
+        """
+        when = at.astimezone(UTC)
+        statement = (
+            update(OwnerRow)
+            .where(
+                col(OwnerRow.id) == owner_id,
+                or_(
+                    col(OwnerRow.greeted_at).is_(None),
+                    col(OwnerRow.greeted_at) <= when - cooldown,
+                ),
+            )
+            .values(greeted_at=when)
+        )
+        with store_errors("could not claim the startup greeting"):
+            return bool(await self._db.write(lambda c: c.execute(statement).rowcount))
