@@ -278,7 +278,9 @@ async def open_fleet(settings: Settings, **overrides: object) -> AsyncIterator[F
 
         clock = cast(Clock | None, overrides.get("clock")) or SystemClock()
         shared = cast(ModelClient | None, overrides["model"])
-        fleet = Fleet(settings, db.owners, db.outbox, wire, clock=clock, model=shared)
+        fleet = Fleet(
+            settings, db.owners, db.outbox, wire, clock=clock, model=shared, engine=db.db.engine
+        )
         await fleet.sync(clock.now())
         if spill is not None:
             # Records an earlier process could not save are written in first.

@@ -366,6 +366,13 @@ class DaemonSettings(_Section):
     max_concurrent_rounds: int = Field(default=64, ge=1, le=10_000)
 
 
+class WorkerSettings(_Section):
+    """`backthink worker`: rounds from the queue on PostgreSQL."""
+
+    # rounds one worker runs at once; most of a round is waiting for the model
+    concurrency: int = Field(default=32, ge=1, le=10_000)
+
+
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
 
 
@@ -485,6 +492,7 @@ class Settings(BaseSettings):
     memory: MemorySettings = MemorySettings()
     tools: ToolsSettings = ToolsSettings()
     web: WebSettings = WebSettings()
+    worker: WorkerSettings = WorkerSettings()
     channels: dict[str, ChannelSettings] = Field(default_factory=_default_channels)
     owners: dict[str, OwnerEntry] = Field(default_factory=dict)
 

@@ -17,12 +17,13 @@ from datetime import datetime
 from pathlib import Path
 
 import structlog
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backthink.app import App, read_persona_prompt
 from backthink.attribution import Language
 from backthink.config import Settings
 from backthink.delivery import UNRECORDED_LOOKBACK
-from backthink.errors import BackthinkError, InputError
+from backthink.errors import BackthinkError, InputError, StoreError
 from backthink.models import Owner
 from backthink.owners import config_owners, find_owner, owner_settings
 from backthink.ports import Clock, ModelClient, Outbox, OwnerStore
@@ -53,11 +54,17 @@ class Fleet:
         *,
         clock: Clock,
         model: ModelClient | None,
+        engine: AsyncEngine | None = None,
     ) -> None:
-        """Serve the owners of `owners` (an OwnerStore), wiring their apps with `wire`."""
+        """Serve the owners of `owners` (an OwnerStore), wiring their apps with `wire`.
+
+        `engine` is the database's, for the distributed worker's own queries.
+        """
         self.settings = settings
         self.clock = clock
         self.model = model
+        self.engine = engine
+        self._config = {o.id: o for o in config_owners(settings)}
         self._owners = owners
         self._outbox = outbox
         self._wire = wire
@@ -65,21 +72,36 @@ class Fleet:
         self._books: dict[tuple[Path, Language], PromptBook] = {}
         self._personas: dict[tuple[Path | None, str, str], str] = {}
 
-    async def sync(self, at: datetime) -> None:
-        """Write the config file's owners into the owner table (unchanged rows stay as they are)."""
-        await self._owners.sync_config(config_owners(self.settings), at=at)
+    async def sync(self, at: datetime, *, strict: bool = False) -> None:
+        """Write the config file's owners into the owner table (unchanged rows stay as they are).
+
+        A database that refuses the write (read-only, locked) leaves the
+        table as it was: the config file's owners are known from the file
+        anyway. With `strict` (the distributed worker, which schedules from
+        the table) the StoreError is raised instead.
+        """
+        try:
+            await self._owners.sync_config(list(self._config.values()), at=at)
+        except StoreError as exc:
+            if strict:
+                raise
+            log.warning("fleet.owners_not_written", error=str(exc))
 
     async def owners(self) -> list[Owner]:
-        """The enabled owners, by id."""
-        return await self._owners.list(enabled_only=True)
+        """The enabled owners, by id: the config file's and the table's."""
+        stored = {o.id: o for o in await self._owners.list(enabled_only=True)}
+        merged = {**stored, **self._config}
+        return [o for _, o in sorted(merged.items()) if o.enabled]
 
     async def owner(self, owner_id: str) -> Owner:
-        """The enabled owner with this id.
+        """The enabled owner with this id (the config file's need no database read).
 
         Raises:
             InputError: there is none, or it is disabled.
         """
-        owner = await find_owner(self._owners, self.settings, owner_id)
+        owner = self._config.get(owner_id) or await find_owner(
+            self._owners, self.settings, owner_id
+        )
         if not owner.enabled:
             raise InputError(
                 f"owner {owner_id!r} is disabled (backthink owners set ID enabled true)"
@@ -92,6 +114,8 @@ class Fleet:
         Raises:
             InputError: there are several and none is `[owner] id`.
         """
+        if self.settings.owner.id in self._config:
+            return self.settings.owner.id
         return (await find_owner(self._owners, self.settings, None)).id
 
     async def app(self, owner_id: str) -> App:

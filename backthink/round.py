@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
@@ -137,9 +137,23 @@ class Thinker:
         t = self._settings.tools
         return t.enabled and t.max_steps > 0 and t.max_calls > 0
 
-    async def run_round(self, owner_id: str, trigger: str) -> RoundRecord:
-        """Run one round now and return its record; never raises except on cancellation."""
-        start = RoundStart(uuid.uuid4().hex, owner_id, trigger, self._clock.now())
+    async def run_round(
+        self,
+        owner_id: str,
+        trigger: str,
+        *,
+        round_id: str | None = None,
+        scheduled_for: datetime | None = None,
+    ) -> RoundRecord:
+        """Run one round now and return its record; never raises except on cancellation.
+
+        `round_id` (default: a new one) is the round's idempotency key: a queue
+        that runs a round again after a crash passes the same id, so it is
+        recorded and delivered once. `scheduled_for` is the slot a queued round
+        was due in; its record notes it, and how late the round began.
+        """
+        start = RoundStart(round_id or uuid.uuid4().hex, owner_id, trigger, self._clock.now())
+        slot = slot_note(scheduled_for, start.started) if scheduled_for is not None else None
         with structlog.contextvars.bound_contextvars(round_id=start.id, owner_id=owner_id):
             if owner_id in self._in_flight:
                 # Single flight: a second round for the same owner would see the same
@@ -149,6 +163,8 @@ class Thinker:
                 self._in_flight.add(owner_id)
                 # What the round has learned so far, so a round cut off still says it.
                 progress = Ending(Outcome.FAILED, Reason.INTERRUPTED)
+                if slot is not None:
+                    progress.notes.append(slot)
                 try:
                     ending = await self._think(start, progress)
                 except asyncio.CancelledError:
@@ -169,6 +185,8 @@ class Thinker:
                 # record, however it ended.
                 ending.tools = ending.tools or progress.tools
                 ending.recalled = ending.recalled or progress.recalled
+            if slot is not None and slot not in ending.notes:
+                ending.notes.insert(0, slot)
             record = round_record(start, ending, finished=self._clock.now())
             await self._recorder.save(record)
             return record
@@ -470,6 +488,15 @@ class Thinker:
                 record = resumed_record(left.delivery, left.result, finished=self._clock.now())
                 await self._recorder.save(record)
         return len(resumed)
+
+
+SLOT_NOTE = "scheduled for "
+
+
+def slot_note(scheduled_for: datetime, started: datetime) -> str:
+    """The note of a queued round: its slot (UTC, ISO 8601) and how late it began."""
+    late = max(0.0, (started - scheduled_for).total_seconds())
+    return f"{SLOT_NOTE}{scheduled_for.astimezone(UTC).isoformat()}, began {late:.1f} s later"
 
 
 @dataclass(frozen=True)

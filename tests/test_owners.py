@@ -19,7 +19,7 @@ from backthink.daemon import Daemon, phase
 from backthink.errors import ConfigError, InputError
 from backthink.models import Owner
 from backthink.owners import config_owners, owner_settings, redacted, set_key
-from backthink.store import MemoryOwnerStore, SqlOwnerStore, open_database
+from backthink.store import MemoryOwnerStore, open_database
 from backthink.testing import FakeClock, ScriptedModel
 
 T0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
@@ -172,34 +172,6 @@ async def test_owners_round_trip_and_sync_with_the_config(owners: Any) -> None:
     assert await owners.remove("ana") and not await owners.remove("ana")
 
 
-async def test_due_owners_are_claimed_once_and_moved_on(tmp_path: Path) -> None:
-    settings = Settings.model_validate({"database": {"url": f"sqlite:///{tmp_path / 'o.db'}"}})
-    async with open_database(settings.database) as store:
-        owners: SqlOwnerStore = store.owners
-        for i in range(5):
-            await owners.put(Owner(id=f"o{i}"), at=T0)
-        await owners.put(Owner(id="off", enabled=False), at=T0)
-
-        def step(owner_id: str, due: datetime) -> datetime:
-            return due + timedelta(minutes=30)
-
-        first = await owners.claim_due(T0, limit=3, step=step)
-        assert [owner for owner, _ in first] == ["o0", "o1", "o2"]
-        assert all(due == T0 for _, due in first)  # never scheduled: due now
-        rest = await owners.claim_due(T0, limit=10, step=step)
-        assert [owner for owner, _ in rest] == ["o3", "o4"]
-        assert await owners.claim_due(T0 + timedelta(minutes=29), limit=10, step=step) == []
-        again = await owners.claim_due(T0 + timedelta(minutes=30), limit=10, step=step)
-        assert [(o, d) for o, d in again][:1] == [("o0", T0 + timedelta(minutes=30))]
-        assert await owners.claim_greeting("o0", T0, cooldown=timedelta(hours=1))
-        assert not await owners.claim_greeting(
-            "o0", T0 + timedelta(minutes=59), cooldown=timedelta(hours=1)
-        )
-        assert await owners.claim_greeting(
-            "o0", T0 + timedelta(hours=1), cooldown=timedelta(hours=1)
-        )
-
-
 # -- the daemon ------------------------------------------------------------------------------
 
 
@@ -290,3 +262,13 @@ def test_owners_commands(workdir: Workdir, fake: FakeOpenAI) -> None:
     w.cli("owners", "remove", "ana")
     gone = w.cli("--owner", "ana", "rounds", check=False)
     assert gone.returncode == 2
+
+
+def test_the_example_owner_section_works_once_uncommented(tmp_path: Path) -> None:
+    text = (ROOT / "config/backthink.example.toml").read_text(encoding="utf-8")
+    block = text[text.index("# [owners.ana]") :].splitlines()
+    path = tmp_path / "bt.toml"
+    path.write_text("\n".join(line.removeprefix("# ") for line in block) + "\n")
+    settings = load_settings(path)
+    ana = owner_settings(settings, config_owners(settings)[0])
+    assert ana.owner.timezone == "Europe/Berlin" and ana.gate.daily_cap == 3

@@ -122,5 +122,5 @@ def test_an_unknown_owner_on_the_command_line_is_a_usage_error(
     """--owner naming no configured owner exits 2 with one line, before doing anything."""
     proc = workdir.cli("--owner", "nobody-here", *args, check=False)
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr == "backthink: unknown owner 'nobody-here' (configured: o)\n"
+    assert proc.stderr == "backthink: unknown owner 'nobody-here' (owners: o)\n"
     assert json.loads(workdir.cli("rounds", "--json").stdout) == []

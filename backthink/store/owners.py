@@ -1,14 +1,19 @@
-"""SqlOwnerStore: owners in the `owner` table, and the distributed worker's schedule over it."""
+"""SqlOwnerStore: owners in the `owner` table.
+
+The distributed worker keeps its schedule in the same rows (`next_due_at`,
+`greeted_at`) and claims them itself (`backthink.worker`), in the
+transaction that queues their rounds.
+"""
 
 from __future__ import annotations
 
 import builtins
 import json
-from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import bindparam, delete, insert, or_, update
+from sqlalchemy import bindparam, delete, insert, update
 from sqlalchemy.engine import Connection, RowMapping
 from sqlmodel import col, select
 
@@ -18,7 +23,7 @@ from backthink.store.failures import store_errors
 from backthink.store.tables import OwnerRow
 
 _FIELDS = tuple(Owner.model_fields)
-_MOVE = (
+MOVE_DUE = (
     update(OwnerRow)
     .where(col(OwnerRow.id) == bindparam("owner"))
     .values(next_due_at=bindparam("due"))
@@ -107,69 +112,3 @@ class SqlOwnerStore:
 
         with store_errors("could not store the config file's owners"):
             await self._db.write(run)
-
-    async def claim_due(
-        self, at: datetime, *, limit: int, step: Callable[[str, datetime], datetime]
-    ) -> builtins.list[tuple[str, datetime]]:
-        """Claim up to `limit` enabled owners due at `at`: (owner id, due time), earliest first.
-
-        An owner with no due time yet is due now. Each claimed owner's
-        `next_due_at` becomes `step(owner id, due time)` in the same
-        transaction; on PostgreSQL the rows are locked with SKIP LOCKED, so
-        workers sweeping at once never claim the same owner.
-        """
-        if limit <= 0:
-            return []
-        when = at.astimezone(UTC)
-        query = (
-            select(OwnerRow.id, OwnerRow.next_due_at)
-            .where(
-                col(OwnerRow.enabled),
-                or_(col(OwnerRow.next_due_at).is_(None), col(OwnerRow.next_due_at) <= when),
-            )
-            .order_by(col(OwnerRow.next_due_at).nulls_first(), col(OwnerRow.id))
-            .limit(limit)
-        )
-        if self._db.engine.url.get_backend_name() == "postgresql":
-            query = query.with_for_update(skip_locked=True)
-
-        def run(conn: Connection) -> builtins.list[tuple[str, datetime]]:
-            due = [(row[0], (row[1] or when).astimezone(UTC)) for row in conn.execute(query)]
-            if due:
-                moves = [
-                    {"owner": owner_id, "due": step(owner_id, due_at).astimezone(UTC)}
-                    for owner_id, due_at in due
-                ]
-                conn.execute(_MOVE, moves)
-            return due
-
-        with store_errors("could not claim due owners"):
-            return await self._db.write(run)
-
-    async def set_due(self, due: dict[str, datetime]) -> None:
-        """Set owners' next due times."""
-        moves = [{"owner": owner_id, "due": at.astimezone(UTC)} for owner_id, at in due.items()]
-        if not moves:
-            return
-        with store_errors("could not schedule owners"):
-            await self._db.write(lambda c: c.execute(_MOVE, moves))
-
-    async def claim_greeting(self, owner_id: str, at: datetime, *, cooldown: timedelta) -> bool:
-        """Take the owner's startup greeting unless one began within `cooldown`; atomic.
-
-        Of several workers starting at once, exactly one gets True.
-        """
-        when = at.astimezone(UTC)
-        statement = (
-            update(OwnerRow)
-            .where(
-                col(OwnerRow.id) == owner_id,
-                or_(
-                    col(OwnerRow.greeted_at).is_(None),
-                    col(OwnerRow.greeted_at) <= when - cooldown,
-                ),
-            )
-            .values(greeted_at=when)
-        )
-        with store_errors("could not claim the startup greeting"):
-            return bool(await self._db.write(lambda c: c.execute(statement).rowcount))
