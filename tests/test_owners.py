@@ -266,9 +266,10 @@ def test_owners_commands(workdir: Workdir, fake: FakeOpenAI) -> None:
 
 def test_the_example_owner_section_works_once_uncommented(tmp_path: Path) -> None:
     text = (ROOT / "config/backthink.example.toml").read_text(encoding="utf-8")
-    block = text[text.index("# [owners.ana]") :].splitlines()
+    start = text.index("# [owners.ana]")
+    block = text[start:].splitlines()
     path = tmp_path / "bt.toml"
-    path.write_text("\n".join(line.removeprefix("# ") for line in block) + "\n")
+    path.write_text(text[:start] + "\n".join(line.removeprefix("# ") for line in block) + "\n")
     settings = load_settings(path)
     ana = owner_settings(settings, config_owners(settings)[0])
     assert ana.owner.timezone == "Europe/Berlin" and ana.gate.daily_cap == 3
