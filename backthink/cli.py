@@ -127,6 +127,17 @@ def run(ctx: typer.Context) -> None:
 
 
 @app.command()
+def worker(ctx: typer.Context) -> None:
+    """Run rounds for every owner from the queue on PostgreSQL; start one per machine or more."""
+    from backthink.worker import serve
+
+    c: Context = ctx.obj
+    settings = c.settings()
+    logs.configure(stream=sys.stdout, level="debug" if c.debug else "info")
+    raise typer.Exit(_run(serve(settings)))
+
+
+@app.command()
 def think(
     ctx: typer.Context,
     trigger: Annotated[
@@ -536,12 +547,21 @@ def poke_cmd(
     ] = 300,
 ) -> None:
     """Ask the running daemon for a round now, with TEXT as the trigger."""
-    from backthink.poke import poke
+    from backthink.poke import PUBLIC_FIELDS, NoDaemonError, poke
 
     c: Context = ctx.obj
     settings = c.settings()
     owner = c.owner_id(settings) if c.owner else None
-    answer = _run(poke(settings.daemon.socket, text, owner_id=owner, timeout_s=timeout))
+    try:
+        answer = _run(poke(settings.daemon.socket, text, owner_id=owner, timeout_s=timeout))
+    except NoDaemonError:
+        if not settings.database.url.startswith("postgresql"):
+            raise
+        # No daemon here: the workers on PostgreSQL take it as a queued round.
+        from backthink.worker import poke_queued
+
+        summary = _run(poke_queued(settings, owner, text, timeout_s=timeout)).summary()
+        answer = {key: summary[key] for key in PUBLIC_FIELDS}
     _print_json(answer)
     if answer.get("outcome") == Outcome.FAILED:
         raise typer.Exit(1)

@@ -62,9 +62,8 @@ MAX_ATTEMPTS = 3  # runs of one round job before it is given up (and recorded fa
 SWEEP_BATCH = 2_000  # owners claimed in one transaction
 ROUND_QUEUE = "rounds"
 CONTROL_QUEUE = "control"
+ROUND_TASK, SWEEP_TASK, REAP_TASK = "backthink.round", "backthink.sweep", "backthink.reap"
 _SLOTS = uuid.UUID("5f0c3e1e-7a53-4b9c-9d55-b5e5f0b1c001")  # namespace of round ids
-
-tasks = procrastinate.Blueprint()
 
 
 def round_id_of(key: str) -> str:
@@ -88,10 +87,18 @@ def conninfo(url: str) -> str:
 
 
 def queue_app(url: str) -> procrastinate.App:
-    """The procrastinate app over the database, with backthink's tasks."""
+    """A procrastinate app over the database, with backthink's tasks registered on it.
+
+    Each call registers the tasks anew on a new app (procrastinate's
+    blueprints rename their tasks when added, so they serve one app only).
+    """
     connector = procrastinate.PsycopgConnector(conninfo=conninfo(url), min_size=1, max_size=8)
     app = procrastinate.App(connector=connector, periodic_defaults={"max_delay": 60})
-    app.add_tasks_from(tasks, namespace="backthink")
+    app.task(name=ROUND_TASK, queue=ROUND_QUEUE, pass_context=True)(_round)
+    periodic = [(SWEEP_TASK, SWEEP_S, _sweep), (REAP_TASK, REAP_S, _reap)]
+    for name, every_s, fn in periodic:
+        task = app.task(name=name, queue=CONTROL_QUEUE, queueing_lock=name, pass_context=True)(fn)
+        app.periodic(cron=f"* * * * * */{every_s}", periodic_id=name)(task)
     return app
 
 
@@ -136,8 +143,12 @@ class Queue:
 
         return at + self._settings_of(owner).schedule.heartbeat * phase(owner.id)
 
+    def _rounds(self, owner_id: str) -> Any:
+        """A deferrer of round jobs under the owner's lock."""
+        return self.app.tasks[ROUND_TASK].configure(lock=f"owner:{owner_id}", queue=ROUND_QUEUE)
+
     def _job(self, owner_id: str, trigger: str, key: str, due: datetime | None) -> Any:
-        deferrer = run_round.configure(lock=f"owner:{owner_id}", queue=ROUND_QUEUE)
+        deferrer = self._rounds(owner_id)
         scheduled = due.astimezone(UTC).isoformat() if due is not None else None
         return deferrer.make_new_job(
             owner_id=owner_id, trigger=trigger, key=key, scheduled_for=scheduled
@@ -226,7 +237,7 @@ class Queue:
     async def poke(self, owner_id: str, trigger: str) -> str:
         """Queue a round for `owner_id` now with `trigger`; return its round id."""
         key = f"poke:{owner_id}:{uuid.uuid4().hex}"
-        await run_round.configure(lock=f"owner:{owner_id}", queue=ROUND_QUEUE).defer_async(
+        await self._rounds(owner_id).defer_async(
             owner_id=owner_id, trigger=trigger, key=key, scheduled_for=None
         )
         return round_id_of(key)
@@ -272,8 +283,7 @@ class Queue:
         return count
 
 
-@tasks.task(name="round", queue=ROUND_QUEUE, pass_context=True)
-async def run_round(
+async def _round(
     context: procrastinate.JobContext,
     owner_id: str,
     trigger: str,
@@ -285,17 +295,13 @@ async def run_round(
     await queue.run(owner_id, trigger, key, scheduled_for)
 
 
-@tasks.periodic(cron=f"* * * * * */{SWEEP_S}", periodic_id="sweep")
-@tasks.task(name="sweep", queue=CONTROL_QUEUE, queueing_lock="sweep", pass_context=True)
-async def sweep(context: procrastinate.JobContext, timestamp: int) -> None:
+async def _sweep(context: procrastinate.JobContext, timestamp: int) -> None:
     """Defer the rounds of every owner due now."""
     queue: Queue = context.additional_context["queue"]
     await queue.sweep(queue.fleet.clock.now())
 
 
-@tasks.periodic(cron=f"* * * * * */{REAP_S}", periodic_id="reap")
-@tasks.task(name="reap", queue=CONTROL_QUEUE, queueing_lock="reap", pass_context=True)
-async def reap(context: procrastinate.JobContext, timestamp: int) -> None:
+async def _reap(context: procrastinate.JobContext, timestamp: int) -> None:
     """Put back the rounds of dead workers."""
     queue: Queue = context.additional_context["queue"]
     await queue.reap()
@@ -367,3 +373,37 @@ async def serve(settings: Settings, *, owners: Sequence[str] | None = None) -> i
                     loop.remove_signal_handler(sig)
     log.info("worker.stopped")
     return 0
+
+
+POKE_POLL_S = 0.5  # seconds between looks for a queued poke's record
+
+
+async def poke_queued(
+    settings: Settings, owner_id: str | None, trigger: str, *, timeout_s: float
+) -> RoundRecord:
+    """Queue a round for the owner now, with `trigger`, and wait for a worker to record it.
+
+    Raises:
+        InputError: no enabled owner has this id.
+        BackthinkError: no worker recorded the round in time (it stays queued).
+    """
+    from backthink.app import open_fleet
+
+    async with open_fleet(settings, model=None) as fleet:
+        owner = owner_id or await fleet.default_owner()
+        await fleet.owner(owner)
+        assert fleet.engine is not None
+        app = queue_app(settings.database.url)
+        async with app.open_async():
+            round_id = await Queue(fleet, fleet.engine, app).poke(owner, trigger)
+        rounds = (await fleet.app(owner)).rounds
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while (record := await rounds.get(round_id)) is None:
+            if loop.time() >= deadline:
+                raise BackthinkError(
+                    f"no worker recorded the poke within {timeout_s:.0f}s; "
+                    f"it stays queued (round {round_id})"
+                )
+            await asyncio.sleep(POKE_POLL_S)
+        return record
