@@ -25,6 +25,8 @@ from pathlib import Path
 START_TIMEOUT_S = 60  # seconds for initdb plus server start on a loaded machine
 SUPERUSER = "postgres"
 SYSTEM_USER = "postgres"  # who runs the server when the tests run as root
+PASSWORD_ROLE = "secured"
+"""The one role that must give a password (scram-sha-256); every other role is trusted."""
 
 
 class PgUnavailableError(Exception):
@@ -115,6 +117,13 @@ class PgServer:
             "--locale=C.UTF-8",
             "--no-sync",
         )  # fmt: skip
+        # Only PASSWORD_ROLE is asked for a password, so a test can fail authentication.
+        (self.data / "pg_hba.conf").write_text(
+            "local all all trust\n"
+            f"host all {PASSWORD_ROLE} 127.0.0.1/32 scram-sha-256\n"
+            "host all all 127.0.0.1/32 trust\n",
+            encoding="utf-8",
+        )
         options = " ".join(
             [
                 "-c listen_addresses=127.0.0.1",
