@@ -24,6 +24,7 @@ GROUPS = (
     ("many_owners", 600),
     ("worst_case", 180),
     ("recall", 900),
+    ("pg_recall", 300),
 )
 TERM_GRACE_S = 45.0  # seconds a stopped group gets to stop its own children
 

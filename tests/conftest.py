@@ -1,4 +1,4 @@
-"""Shared fixtures: a local chat-completions server and a working folder with a config."""
+"""Shared fixtures: a local chat-completions server, a working folder with a config, PostgreSQL."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from typing import IO
 
 import pytest
 from fake_openai import FakeOpenAI
+from pgserver import PgServer, PgUnavailableError, start_server
 from webhook_receiver import WebhookReceiver
 
 from backthink.testing import run_cli
@@ -40,6 +41,25 @@ def fake(fake_server: FakeOpenAI) -> FakeOpenAI:
     """The fake endpoint, reset for this test."""
     fake_server.reset()
     return fake_server
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """One throwaway PostgreSQL server per test session; the tests that need it skip without it."""
+    try:
+        server = start_server()
+    except PgUnavailableError as exc:
+        pytest.skip(f"no PostgreSQL server: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server: PgServer) -> str:
+    """The URL of a new, empty PostgreSQL database (psycopg driver) for this test."""
+    return pg_server.url(pg_server.create_database())
 
 
 @dataclass

@@ -70,15 +70,21 @@ class Stores:
         ]
 
 
-@pytest.fixture(params=["sql", "memory"])
+@pytest.fixture(params=["sql", "memory", "pg"])
 async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stores]:
-    """Each MemoryStore implementation, empty, with its message store."""
+    """Each MemoryStore implementation, empty, with its message store.
+
+    SQLite (`sql`, its file in `path`), in memory, and PostgreSQL (`pg`, no path).
+    """
     if request.param == "memory":
         messages = MemoryMessageStore()
         yield Stores(MemoryMemoryStore(messages), messages, None)
         return
-    path = tmp_path / "bt.db"
-    db, sql_messages, _ = await open_store(f"sqlite+aiosqlite:///{path}")
+    path: Path | None = tmp_path / "bt.db"
+    url = f"sqlite+aiosqlite:///{path}"
+    if request.param == "pg":
+        path, url = None, request.getfixturevalue("pg_url")
+    db, sql_messages, _ = await open_store(url)
     yield Stores(SqlMemoryStore(db), sql_messages, path)
     await db.dispose()
 

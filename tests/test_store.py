@@ -96,24 +96,32 @@ async def engine(db_path: Path) -> AsyncIterator[AsyncEngine]:
     await engine.dispose()
 
 
-@pytest.fixture(params=["sql", "memory"])
+def store_url(request: pytest.FixtureRequest, kind: str, db_path: Path) -> str:
+    """The database URL of a SQL kind: a SQLite file, or a new PostgreSQL database."""
+    if kind == "pg":
+        url: str = request.getfixturevalue("pg_url")
+        return url
+    return f"sqlite+aiosqlite:///{db_path}"
+
+
+@pytest.fixture(params=["sql", "memory", "pg"])
 async def messages(request: pytest.FixtureRequest, db_path: Path) -> AsyncIterator[AnyMessageStore]:
-    """Each MessageStore implementation, empty."""
+    """Each MessageStore implementation, empty: SQLite, in memory, PostgreSQL."""
     if request.param == "memory":
         yield MemoryMessageStore()
         return
-    engine, store, _ = await open_store(f"sqlite+aiosqlite:///{db_path}")
+    engine, store, _ = await open_store(store_url(request, request.param, db_path))
     yield store
     await engine.dispose()
 
 
-@pytest.fixture(params=["sql", "memory"])
+@pytest.fixture(params=["sql", "memory", "pg"])
 async def rounds(request: pytest.FixtureRequest, db_path: Path) -> AsyncIterator[AnyRoundStore]:
-    """Each RoundStore implementation, empty."""
+    """Each RoundStore implementation, empty: SQLite, in memory, PostgreSQL."""
     if request.param == "memory":
         yield MemoryRoundStore()
         return
-    engine, _, store = await open_store(f"sqlite+aiosqlite:///{db_path}")
+    engine, _, store = await open_store(store_url(request, request.param, db_path))
     yield store
     await engine.dispose()
 
@@ -277,16 +285,16 @@ async def test_owner_activity_reads_owner_channels_and_pushes(messages: AnyMessa
         await messages.owner_activity("ana", messages=-1, pushes=5)
 
 
-@pytest.mark.parametrize("kind", ["sql", "memory"])
+@pytest.mark.parametrize("kind", ["sql", "memory", "pg"])
 async def test_the_outbox_commits_delivery_and_write_back_together(
-    kind: str, db_path: Path
+    kind: str, db_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """commit stores a delivery with its write-back or neither; unrecorded finds unrecorded rows."""
     from backthink.models import Delivery, DeliveryStatus, OutgoingMessage
     from backthink.store import MemoryOutbox, SqlOutbox
 
-    if kind == "sql":
-        db, messages, rounds = await open_store(f"sqlite+aiosqlite:///{db_path}")
+    if kind != "memory":
+        db, messages, rounds = await open_store(store_url(request, kind, db_path))
         outbox: SqlOutbox | MemoryOutbox = SqlOutbox(db)
     else:
         messages, rounds = MemoryMessageStore(), MemoryRoundStore()
@@ -324,7 +332,7 @@ async def test_the_outbox_commits_delivery_and_write_back_together(
     await rounds.save(record("r1"))
     assert await outbox.unrecorded(since=T0 - timedelta(days=1)) == []
     assert [d.id for d in await outbox.unrecorded(since=T0 - timedelta(days=4))] == ["r0"]
-    if kind == "sql":
+    if kind != "memory":
         await db.dispose()
 
 

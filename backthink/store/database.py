@@ -14,8 +14,10 @@ connection. For a SQLite file:
   recovery after a crash, a database that could not switch to WAL) waits at
   most READ_BUSY_TIMEOUT_MS.
 
-Other URLs (PostgreSQL, in-memory SQLite, whose single connection lives in
-the async engine) run the same functions through the async engine's `run_sync`.
+Other URLs run the same functions through the async engine's `run_sync`:
+PostgreSQL over the engine's pool (a few connections per process, each read
+and write on whichever is free, so rounds of many owners run side by side),
+in-memory SQLite over its single connection.
 """
 
 from __future__ import annotations

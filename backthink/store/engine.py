@@ -1,4 +1,10 @@
-"""The async engine: SQLite tuned for one writer and concurrent readers, or any async URL."""
+"""The async engine: SQLite tuned for one writer and concurrent readers, or PostgreSQL.
+
+PostgreSQL URLs name their driver: `postgresql+psycopg://` (psycopg 3, a
+dependency, the one procrastinate shares) or `postgresql+asyncpg://` where
+asyncpg is installed; a plain `postgresql://` means psycopg. The driver is
+imported only when such a URL is opened, so a SQLite daemon never loads it.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Engine, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, InvalidRequestError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 
@@ -17,6 +23,13 @@ BUSY_TIMEOUT_MS = 5000  # milliseconds a SQLite writer waits for another writer'
 """Long enough to ride out the chat app's short writes, short enough to fail a stuck round."""
 
 _SQLITE_ASYNC_DRIVER = "sqlite+aiosqlite"
+_POSTGRES_DRIVERS = {"postgresql": "postgresql+psycopg", "postgres": "postgresql+psycopg"}
+"""Driverless PostgreSQL URLs and the async driver they mean."""
+_POSTGRES_ASYNC = ("psycopg", "asyncpg")
+"""The PostgreSQL drivers with an asyncio mode SQLAlchemy supports."""
+POOL_SIZE = 5
+"""PostgreSQL connections kept open per process (more open for bursts, up to POOL_OVERFLOW)."""
+POOL_OVERFLOW = 10
 
 
 def create_engine(url: str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> AsyncEngine:
@@ -39,8 +52,10 @@ def create_engine(url: str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> AsyncE
     except ArgumentError:
         # The URL may hold a password, so it is not repeated.
         raise StoreError("database url is not a valid SQLAlchemy URL") from None
+    if parsed.drivername in _POSTGRES_DRIVERS or parsed.get_backend_name() == "postgresql":
+        return _postgres_engine(parsed)
     if parsed.get_backend_name() != "sqlite":
-        return create_async_engine(parsed)
+        return _async_engine(parsed)
     if parsed.drivername == "sqlite":
         parsed = parsed.set(drivername=_SQLITE_ASYNC_DRIVER)
     if busy_timeout_ms < 0:
@@ -52,6 +67,36 @@ def create_engine(url: str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> AsyncE
         engine = create_async_engine(parsed)
     tune_sqlite(engine.sync_engine, busy_timeout_ms)
     return engine
+
+
+def _postgres_engine(url: URL) -> AsyncEngine:
+    """A pooled engine for a PostgreSQL URL, its driver checked and named in any error."""
+    url = url.set(drivername=_POSTGRES_DRIVERS.get(url.drivername, url.drivername))
+    driver = url.get_driver_name()
+    if driver not in _POSTGRES_ASYNC:
+        raise StoreError(
+            f"database url driver {driver!r} is not supported: use postgresql+psycopg://"
+            " (or postgresql+asyncpg:// with asyncpg installed)"
+        )
+    return _async_engine(url, pool_size=POOL_SIZE, max_overflow=POOL_OVERFLOW, pool_pre_ping=True)
+
+
+def _async_engine(url: URL, **options: Any) -> AsyncEngine:
+    """`create_async_engine`, its driver failures as one line that never repeats the URL."""
+    try:
+        return create_async_engine(url, **options)
+    except ImportError as exc:
+        package = (exc.name or url.get_driver_name()).partition(".")[0]
+        raise StoreError(
+            f"database url needs the {package} driver, which is not installed"
+            f" (pip install {package})"
+        ) from None
+    except NoSuchModuleError:
+        raise StoreError(f"database url names an unknown driver {url.drivername!r}") from None
+    except InvalidRequestError:
+        raise StoreError(
+            f"database url driver {url.get_driver_name()!r} has no asyncio mode"
+        ) from None
 
 
 def is_memory(url: URL) -> bool:

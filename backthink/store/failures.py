@@ -1,12 +1,15 @@
-"""Database failures as one-line StoreErrors that never carry SQL parameters.
+"""Database failures as one-line StoreErrors that never carry SQL parameters nor passwords.
 
 SQLAlchemy's own messages quote the statement and its bound parameters, and
 those hold private message text, so only the driver's first line is kept and
-the original exception is not chained.
+the original exception is not chained. libpq names the server it could not
+reach, never the password; a URL or `password=` setting quoted in a driver's
+message is masked all the same.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -14,6 +17,9 @@ from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError, StatementError
 
 from backthink.errors import StoreError
+from backthink.redact import MASK, redact_urls
+
+_PASSWORD_SETTING = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
 
 
 def describe(exc: BaseException) -> str:
@@ -30,6 +36,7 @@ def describe(exc: BaseException) -> str:
     # An SQLAlchemy error without a driver cause starts with its own text, and
     # any "[SQL: ...]" part follows on later lines or after the first bracket.
     first = lines[0].split(" [SQL:")[0].strip() if lines else ""
+    first = _PASSWORD_SETTING.sub(rf"\g<1>{MASK}", redact_urls(first))
     return first or type(cause).__name__
 
 

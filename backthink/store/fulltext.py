@@ -27,7 +27,10 @@ What the cursor cannot see:
 
 `forget` removes a memory's entries itself ('delete' with the old text).
 A `*_fts_vocab` table beside each index exposes per-term document counts.
-On other databases none of this exists.
+
+On PostgreSQL none of this exists: each `text` column gets a pg_trgm GIN
+index instead (`PG_FULLTEXT_DDL`), which PostgreSQL keeps current in every
+writer's transaction, the chat app's too (see `backthink.store.pg_recall`).
 """
 
 from __future__ import annotations
@@ -57,12 +60,26 @@ FULLTEXT_DDL: tuple[str, ...] = tuple(sql for table in INDEXED for sql in _ddl(t
 """The statements that create every index and its vocabulary table."""
 
 
-def create_fulltext(connection: Connection) -> None:
-    """Create the full-text indexes on a SQLite database and index the rows already there.
+PG_FULLTEXT_DDL: tuple[str, ...] = (
+    "CREATE EXTENSION IF NOT EXISTS pg_trgm",
+    *(f"CREATE INDEX ix_{t}_text_trgm ON {t} USING gin (text gin_trgm_ops)" for t in INDEXED),
+)
+"""PostgreSQL's equivalent: a trigram GIN index per table, serving ILIKE on any substring."""
 
-    Does nothing on other databases. A revision that adds an index runs the
-    same statements, so a new database and a migrated one are identical.
+PG_FULLTEXT_INDEXES = frozenset(f"ix_{t}_text_trgm" for t in INDEXED)
+
+
+def create_fulltext(connection: Connection) -> None:
+    """Create the full-text indexes and index the rows already there.
+
+    SQLite gets the FTS5 tables, PostgreSQL the trigram indexes; other
+    databases nothing. A revision that adds an index runs the same
+    statements, so a new database and a migrated one are identical.
     """
+    if connection.dialect.name == "postgresql":
+        for sql in PG_FULLTEXT_DDL:
+            connection.exec_driver_sql(sql)
+        return
     if connection.dialect.name != "sqlite":
         return
     for sql in FULLTEXT_DDL:
@@ -74,6 +91,15 @@ def create_fulltext(connection: Connection) -> None:
 def is_fulltext_table(name: str) -> bool:
     """Whether a table name belongs to a full-text index (the index, its shadows, its vocab)."""
     return any(name.startswith(f"{table}_fts") for table in INDEXED)
+
+
+def is_fulltext(name: str | None, type_: str) -> bool:
+    """Whether a schema object is a full-text index, written by hand outside the metadata."""
+    if name is None:
+        return False
+    return (type_ == "table" and is_fulltext_table(name)) or (
+        type_ == "index" and name in PG_FULLTEXT_INDEXES
+    )
 
 
 TOPS_SQL = "SELECT " + ", ".join(

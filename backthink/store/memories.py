@@ -7,7 +7,7 @@ from collections import OrderedDict
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Integer, TextualSelect, bindparam, delete, insert, text
 from sqlalchemy.engine import Connection
@@ -20,9 +20,11 @@ from backthink.store.columns import UTCDateTime
 from backthink.store.database import Database
 from backthink.store.failures import store_errors
 from backthink.store.tables import MemoryRow
+from backthink.store.term_counts import TermCounts
 
-DF_CACHE_TERMS = 50_000
-"""Cached document counts kept at most, per index, before the cache starts over."""
+if TYPE_CHECKING:
+    from backthink.store.pg_recall import PgRecall
+
 COUNT_CHUNK = 16
 """Terms counted per statement (a handful of statement shapes, each prepared once)."""
 RESULT_CACHE = 64
@@ -89,28 +91,16 @@ def _count_sql(fts: str, n: int) -> str:
     return "SELECT " + ", ".join([one] * n)
 
 
-class _Counts:
-    """Document counts of recall terms in one index, kept current as rows are indexed.
+class _Counts(TermCounts):
+    """Term counts of one FTS5 index; its cursor (highest indexed rowid) is the mark.
 
-    A count is read once, with a MATCH that stops past `DF_CAP` rows (a
-    common term costs no more than a rare one), and then moved on by the rows
-    the index gains: `advance` adds each newly indexed text to the counts of
-    the cached terms it holds. The counts stand at cursor `mark`; a cursor
-    that went back, or too many new rows at once, starts the cache over.
+    A count is read with a MATCH that stops past `DF_CAP` rows, so a common
+    term costs no more than a rare one.
     """
 
     def __init__(self, table: str) -> None:
-        self.table = table
+        super().__init__(table)
         self.fts = f"{table}_fts"
-        self.mark = -1
-        self.df: dict[str, int] = {}
-        self._by_piece: dict[str, builtins.list[str]] = {}
-
-    def clear(self, mark: int = -1) -> None:
-        """Forget every count; they stand at `mark` from now on (-1: unknown)."""
-        self.df.clear()
-        self._by_piece.clear()
-        self.mark = mark
 
     def sync(self, conn: Connection, cursor: int) -> None:
         """Bring the counts to the index's cursor, reading the rows indexed since `mark`."""
@@ -122,37 +112,9 @@ class _Counts:
         now, rows = fulltext.indexed_since(conn, self.table, self.mark)
         self.advance(self.mark, now, rows)
 
-    def advance(
-        self, since: int | None, cursor: int, rows: Sequence[tuple[int, str]] | None
-    ) -> None:
-        """Count the rows indexed from `since` to `cursor`; the counts then stand at `cursor`.
-
-        The counts may have moved on meanwhile (another call's rows, read while
-        this one's write was under way): only rows past `mark` are counted.
-        Unknown rows (None), or counts that stand before `since`, start over.
-        """
-        if rows is None or since is None or self.mark < since:
-            self.clear(cursor)
-            return
-        if self.mark >= cursor:
-            return
-        for row_id, body in rows:
-            if row_id <= self.mark:
-                continue
-            low = body.lower()
-            pieces = {low[i : i + 3] for i in range(len(low) - 2)}
-            for piece in pieces:
-                for term in self._by_piece.get(piece, ()):
-                    if len(term) == 3 or term in low:
-                        self.df[term] += 1
-        self.mark = cursor
-
     def read(self, conn: Connection, terms: Iterable[str]) -> dict[str, int]:
         """Document counts of the terms (0 when absent; past DF_CAP, DF_CAP + 1)."""
-        missing = [t for t in terms if t not in self.df]
-        if len(self.df) + len(missing) > DF_CACHE_TERMS:
-            self.clear(self.mark)
-            missing = list(dict.fromkeys(terms))
+        missing = self.missing(terms)
         for start in range(0, len(missing), COUNT_CHUNK):
             chunk = missing[start : start + COUNT_CHUNK]
             params: builtins.list[Any] = []
@@ -160,8 +122,7 @@ class _Counts:
                 params += [recall.quote(term), recall.DF_CAP + 1]
             (counts,) = _rows(conn, _count_sql(self.fts, len(chunk)), params)
             for term, count in zip(chunk, counts, strict=True):
-                self.df[term] = int(count)
-                self._by_piece.setdefault(term[:3], []).append(term)
+                self.store(term, int(count))
         return self.df
 
 
@@ -226,8 +187,9 @@ class SqlMemoryStore:
     """The MemoryStore on SQL. Search and recall use the FTS5 indexes on SQLite.
 
     The indexes are caught up (`fulltext.catch_up`) before a search or a
-    recall reads them. On other databases `search` scans with LIKE and
-    `recall` finds nothing yet.
+    recall reads them. On PostgreSQL both go to `pg_recall.PgRecall`, over
+    trigram indexes PostgreSQL keeps current itself. On other databases
+    `search` scans with LIKE and `recall` finds nothing.
 
     A store keeps, in memory, the document counts recall weighs terms by and
     its last few results by window signature: a round whose window, indexes
@@ -238,7 +200,13 @@ class SqlMemoryStore:
     def __init__(self, db: Database) -> None:
         """Use `db`, which must already be migrated (see `open_store`)."""
         self._db = db
-        self._fulltext = db.engine.url.get_backend_name() == "sqlite"
+        backend = db.engine.url.get_backend_name()
+        self._fulltext = backend == "sqlite"
+        self._pg: PgRecall | None = None
+        if backend == "postgresql":
+            from backthink.store.pg_recall import PgRecall
+
+            self._pg = PgRecall(db)
         self._counts = {table: _Counts(table) for table in fulltext.INDEXED}
         self._results: OrderedDict[tuple[Any, ...], _Result] = OrderedDict()
 
@@ -307,11 +275,13 @@ class SqlMemoryStore:
         text's tokens, and deleted pages are overwritten (secure_delete). A
         memory the chat app edited after it was indexed is deleted with its
         current text; the tokens only the old text had stay in the index
-        (not the text) until a 'rebuild'.
+        (not the text) until a 'rebuild'. On PostgreSQL the table is vacuumed
+        after the delete, which removes the dead row and its index entries.
         """
 
         def run(conn: Connection) -> bool:
-            conn.exec_driver_sql("PRAGMA secure_delete = ON")
+            if self._fulltext:
+                conn.exec_driver_sql("PRAGMA secure_delete = ON")
             old = conn.execute(
                 select(MemoryRow.text).where(
                     col(MemoryRow.id) == memory_id, col(MemoryRow.owner_id) == owner_id
@@ -330,6 +300,8 @@ class SqlMemoryStore:
         if found:
             self._counts["memory"].clear()
             self._results.clear()
+            if self._pg is not None:
+                await self._pg.forgot()
         return found
 
     async def search(self, owner_id: str, query: str, *, limit: int = 20) -> builtins.list[Memory]:
@@ -344,6 +316,8 @@ class SqlMemoryStore:
         words = list(dict.fromkeys(query.replace("\0", " ").lower().split()))
         if not words:
             return []
+        if self._pg is not None:
+            return await self._pg.search(owner_id, words, limit)
         likes = " AND ".join(f"lower(m.text) LIKE :w{i} ESCAPE '\\'" for i in range(len(words)))
         params: dict[str, Any] = {f"w{i}": _like(w) for i, w in enumerate(words)}
         if self._fulltext and all(len(w) >= 3 for w in words):
@@ -421,7 +395,19 @@ class SqlMemoryStore:
         recent = recall.recency(window)
         ids = [m.id for m in window if m.id is not None]
         before = before_message_id if before_message_id is not None else min(ids, default=None)
-        if not self._fulltext or not recent or limit <= 0 or max_chars <= 0:
+        if not recent or limit <= 0 or max_chars <= 0:
+            return []
+        if self._pg is not None:
+            return await self._pg.recall(
+                owner_id,
+                window,
+                recent,
+                before=before,
+                limit=limit,
+                max_chars=max_chars,
+                exclude=exclude,
+            )
+        if not self._fulltext:
             return []
         signature = (
             owner_id,

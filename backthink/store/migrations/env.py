@@ -9,7 +9,7 @@ from alembic.autogenerate.api import AutogenContext
 from sqlalchemy.engine import Connection
 
 from backthink.store.columns import UTCDateTime
-from backthink.store.fulltext import is_fulltext_table
+from backthink.store.fulltext import is_fulltext
 from backthink.store.tables import metadata
 
 
@@ -21,8 +21,8 @@ def _render_item(type_: str, obj: Any, autogen_context: AutogenContext) -> str |
 
 
 def _include_name(name: str | None, type_: str, parent_names: Any) -> bool:
-    """Leave the full-text indexes (virtual tables, written by hand) out of comparisons."""
-    return not (type_ == "table" and name is not None and is_fulltext_table(name))
+    """Leave the full-text indexes (written by hand) out of comparisons."""
+    return not is_fulltext(name, type_)
 
 
 def _run(connection: Connection) -> None:

@@ -6,6 +6,9 @@ the trigram tokenizer, and a trigger needing it would fail its inserts): the
 daemon indexes new rows itself, past the highest indexed rowid, which the
 index's `_docsize` table holds (see `backthink.store.fulltext`). The rows
 already stored are indexed here ('rebuild'), which also sets that cursor.
+On PostgreSQL each `text` column gets a pg_trgm GIN index instead, which
+PostgreSQL keeps current in every writer's transaction.
+
 The statements are written out in this revision (not imported), so the
 revision builds the same schema whatever later code does; a test keeps them
 identical to `backthink.store.fulltext`.
@@ -37,8 +40,14 @@ def _ddl(table: str) -> list[str]:
     ]
 
 
+_PG_DDL = (
+    "CREATE EXTENSION IF NOT EXISTS pg_trgm",
+    *(f"CREATE INDEX ix_{t}_text_trgm ON {t} USING gin (text gin_trgm_ops)" for t in _INDEXED),
+)
+
+
 def upgrade() -> None:
-    """Add the memory table and, on SQLite, the full-text indexes (indexing every message)."""
+    """Add the memory table and the full-text indexes (indexing every message)."""
     op.create_table(
         "memory",
         sa.Column("id", sa.Integer(), nullable=False),
@@ -52,7 +61,12 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_memory"),
     )
     op.create_index("ix_memory_recent", "memory", ["owner_id", "kind", "created_at", "id"])
-    if op.get_bind().dialect.name != "sqlite":
+    dialect = op.get_bind().dialect.name
+    if dialect == "postgresql":
+        for sql in _PG_DDL:
+            op.execute(sql)
+        return
+    if dialect != "sqlite":
         return
     for table in _INDEXED:
         for sql in _ddl(table):
@@ -61,7 +75,10 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    """Remove the full-text indexes and the memory table."""
+    """Remove the full-text indexes and the memory table (pg_trgm stays: others may use it)."""
+    if op.get_bind().dialect.name == "postgresql":
+        for table in _INDEXED:
+            op.drop_index(f"ix_{table}_text_trgm", table_name=table)
     if op.get_bind().dialect.name == "sqlite":
         for table in _INDEXED:
             op.execute(f"DROP TABLE {table}_fts_vocab")
