@@ -31,6 +31,7 @@ HEAD_REVISION = "0010"
 """The newest revision under migrations/versions; a test keeps the two in step."""
 
 VERSION_TABLE = "alembic_version"
+MIGRATION_LOCK = 7303180430  # PostgreSQL advisory lock held while one process migrates
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
@@ -86,6 +87,11 @@ def _create_current(connection: Connection) -> bool:
 
 
 def _current(connection: Connection) -> str | None:
+    if connection.dialect.name == "postgresql" and not inspect(connection).has_table(
+        VERSION_TABLE
+    ):
+        # A failed statement would abort PostgreSQL's transaction: look before reading.
+        return None
     try:
         row = connection.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).first()
     except SQLAlchemyError:
@@ -107,5 +113,12 @@ async def migrate(engine: AsyncEngine) -> None:
             if await conn.run_sync(_current) == HEAD_REVISION:
                 return
         async with engine.begin() as conn:
+            if engine.url.get_backend_name() == "postgresql":
+                # Workers starting together on one database migrate it one at a
+                # time; the lock ends with the transaction, and the others find
+                # the schema current.
+                await conn.execute(text(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"))
+                if await conn.run_sync(_current) == HEAD_REVISION:
+                    return
             if not await conn.run_sync(_create_current):
                 await conn.run_sync(_upgrade)
