@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import signal
 import uuid
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -320,7 +319,7 @@ async def apply_schema(app: procrastinate.App, engine: AsyncEngine) -> None:
             log.info("worker.schema_applied")
 
 
-async def serve(settings: Settings, *, owners: Sequence[str] | None = None) -> int:
+async def serve(settings: Settings) -> int:
     """Run a worker until SIGTERM or SIGINT; return the exit code.
 
     Raises:
@@ -330,6 +329,8 @@ async def serve(settings: Settings, *, owners: Sequence[str] | None = None) -> i
 
     conninfo(settings.database.url)  # fails early, before anything is opened
     async with open_fleet(settings) as fleet:
+        # The sweep schedules from the owner table: the file's owners must be in it.
+        await fleet.sync(fleet.clock.now(), strict=True)
         app = queue_app(settings.database.url)
         engine = fleet.engine
         assert engine is not None  # open_fleet serves a database

@@ -87,9 +87,7 @@ def _create_current(connection: Connection) -> bool:
 
 
 def _current(connection: Connection) -> str | None:
-    if connection.dialect.name == "postgresql" and not inspect(connection).has_table(
-        VERSION_TABLE
-    ):
+    if connection.dialect.name == "postgresql" and not inspect(connection).has_table(VERSION_TABLE):
         # A failed statement would abort PostgreSQL's transaction: look before reading.
         return None
     try:

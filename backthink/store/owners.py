@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import bindparam, delete, insert, update
+from sqlalchemy import bindparam, delete, insert, text, update
 from sqlalchemy.engine import Connection, RowMapping
 from sqlmodel import col, select
 
@@ -23,6 +23,7 @@ from backthink.store.failures import store_errors
 from backthink.store.tables import OwnerRow
 
 _FIELDS = tuple(Owner.model_fields)
+SYNC_LOCK = 7303180432  # PostgreSQL advisory lock held while the config file's owners are written
 MOVE_DUE = (
     update(OwnerRow)
     .where(col(OwnerRow.id) == bindparam("owner"))
@@ -102,6 +103,9 @@ class SqlOwnerStore:
         current = select(OwnerRow).where(col(OwnerRow.id).in_(ids))
 
         def run(conn: Connection) -> None:
+            if conn.dialect.name == "postgresql":
+                # Workers starting together write the same rows one at a time.
+                conn.execute(text(f"SELECT pg_advisory_xact_lock({SYNC_LOCK})"))
             rows = {row["id"]: row for row in conn.execute(current).mappings()}
             for owner in owners:
                 row = rows.get(owner.id)
