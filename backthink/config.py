@@ -127,7 +127,13 @@ class PersonaSettings(_Section):
 
     id: str = Field(default="companion", min_length=1)
     name: str = ""
+    # None ("") means the default persona shipped inside the package, in the prompt language.
     prompt_file: Path | None = None
+
+    @field_validator("prompt_file", mode="before")
+    @classmethod
+    def _empty_is_shipped(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
 
 
 class ModelSettings(_Section):
@@ -247,7 +253,13 @@ class PromptSettings(_Section):
     max_chars: int = Field(default=48_000, ge=2_000, le=10_000_000)
     # characters: one message's text past this is cut, with a visible marker
     message_chars: int = Field(default=4_000, ge=100, le=1_000_000)
-    dir: Path = Path("config/prompts")
+    # None ("") means the templates shipped inside the package.
+    dir: Path | None = None
+
+    @field_validator("dir", mode="before")
+    @classmethod
+    def _empty_is_shipped(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
 
 
 class StateSettings(_Section):
