@@ -32,10 +32,11 @@ from backthink.ports import (
     RoundStore,
     StateProvider,
 )
-from backthink.prompts import PromptBook
+from backthink.prompts import PromptBook, owner_display_name
 from backthink.record import Recorder, Spill
 from backthink.request import RequestBuilder
 from backthink.round import Thinker
+from backthink.shipped import default_persona, prompt_templates
 from backthink.state import FileStateProvider
 from backthink.store import (
     MemoryMemoryStore,
@@ -73,23 +74,25 @@ FROM_SETTINGS: Final = _FromSettings()
 
 
 def read_persona_prompt(settings: Settings) -> str:
-    """Read the persona system prompt; no file configured means a one-line default.
+    """Read the persona system prompt; no file configured means the shipped default persona.
 
     Raises:
         ConfigError: the configured file cannot be read.
     """
     path = settings.persona.prompt_file
     if path is None:
-        name = settings.persona.name or settings.persona.id
-        return (
-            f"You are {name}, a warm AI companion."
-            if settings.prompt.language == "en"
-            else (f"你是{name}，一位温暖的 AI 伙伴。")
+        language = settings.prompt.language
+        return default_persona(
+            language,
+            persona_name=settings.persona.name or settings.persona.id,
+            owner_name=owner_display_name(settings.owner.name, language),
         )
     try:
         return Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"persona.prompt_file: cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"persona.prompt_file: {path} is not UTF-8 text") from None
 
 
 def settle_heap() -> None:
@@ -194,7 +197,9 @@ def build_app(
     requests = RequestBuilder(
         settings,
         prompts=prompts
-        or PromptBook.load(prompts_dir or settings.prompt.dir, settings.prompt.language),
+        or PromptBook.load(
+            prompts_dir or settings.prompt.dir or prompt_templates(), settings.prompt.language
+        ),
         persona_prompt=read_persona_prompt(settings) if persona_prompt is None else persona_prompt,
         state=state
         or FileStateProvider(

@@ -28,7 +28,9 @@ async def run_checks(settings: Settings) -> AsyncIterator[str]:
         build_app(settings, model=None)
     except BackthinkError as exc:
         raise CheckError(f"prompts: {exc}") from None
-    yield (f"prompts: {settings.prompt.dir} ({settings.prompt.language})")
+    folder = settings.prompt.dir or "shipped with the package"
+    persona = settings.persona.prompt_file or "shipped default"
+    yield (f"prompts: {folder} ({settings.prompt.language}); persona: {persona}")
 
     kinds = ", ".join(f"{name} ({c.type})" for name, c in settings.channels.items())
     yield f"channels: {kinds or 'none configured'}"

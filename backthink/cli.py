@@ -16,6 +16,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from backthink import logs
+from backthink.cli_setup import init_cmd, service_app
 from backthink.config import Settings, load_settings, resolve_config_path
 from backthink.errors import BackthinkError, InputError
 from backthink.models import Memory, MemoryKind, Outcome, Owner, RoundRecord
@@ -44,6 +45,8 @@ memory_app = typer.Typer(
 )
 app.add_typer(memory_app, name="memory")
 app.add_typer(owners_app, name="owners")
+app.command("init")(init_cmd)
+app.add_typer(service_app, name="service")
 
 
 @dataclass
@@ -99,7 +102,9 @@ def main_options(
     config: Annotated[
         Path | None,
         typer.Option(
-            "--config", help="Config file (default: $BACKTHINK_CONFIG or config/backthink.toml)."
+            "--config",
+            help="Config file (default: $BACKTHINK_CONFIG, ./config/backthink.toml, "
+            "~/.config/backthink/backthink.toml, /etc/backthink/backthink.toml).",
         ),
     ] = None,
     owner: Annotated[

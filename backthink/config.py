@@ -1,12 +1,15 @@
 """Settings: a TOML file, environment overrides, validated into frozen pydantic models.
 
 Precedence, highest first: `BACKTHINK_<SECTION>__<KEY>` environment variables,
-the TOML file, built-in defaults. `OPENAI_API_KEY` fills `model.api_key` when
-neither the file nor `BACKTHINK_MODEL__API_KEY` sets it.
+the same variables in `backthink.env` beside the config file, the TOML file,
+built-in defaults. The variable `model.api_key_env` names (`OPENAI_API_KEY`), from
+the environment or that file, fills `model.api_key` when nothing else sets it.
+Where the file is looked for and how its paths resolve: `backthink.paths`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tomllib
@@ -27,10 +30,10 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from backthink import paths
 from backthink.errors import ConfigError
 from backthink.redact import redact_url
 
-DEFAULT_CONFIG_PATH = Path("config/backthink.toml")
 CONFIG_ENV = "BACKTHINK_CONFIG"
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
@@ -159,7 +162,13 @@ class PersonaSettings(_Section):
 
     id: str = Field(default="companion", min_length=1)
     name: str = ""
+    # None ("") means the default persona shipped inside the package, in the prompt language.
     prompt_file: Path | None = None
+
+    @field_validator("prompt_file", mode="before")
+    @classmethod
+    def _empty_is_shipped(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
 
 
 class ModelSettings(_Section):
@@ -167,6 +176,8 @@ class ModelSettings(_Section):
 
     base_url: str | None = None
     api_key: SecretStr | None = None
+    # The environment variable (or line of backthink.env) that holds the key when api_key is unset.
+    api_key_env: str = Field(default="OPENAI_API_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     name: str = Field(default="gpt-4o-mini", min_length=1)
     timeout_s: float = Field(default=60.0, gt=0, le=3600)
     max_retries: int = Field(default=2, ge=0, le=10)
@@ -279,7 +290,13 @@ class PromptSettings(_Section):
     max_chars: int = Field(default=48_000, ge=2_000, le=10_000_000)
     # characters: one message's text past this is cut, with a visible marker
     message_chars: int = Field(default=4_000, ge=100, le=1_000_000)
-    dir: Path = Path("config/prompts")
+    # None ("") means the templates shipped inside the package.
+    dir: Path | None = None
+
+    @field_validator("dir", mode="before")
+    @classmethod
+    def _empty_is_shipped(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
 
 
 class StateSettings(_Section):
@@ -521,16 +538,15 @@ class Settings(BaseSettings):
 
 
 def resolve_config_path(path: Path | None, env: Mapping[str, str]) -> Path | None:
-    """Pick the config file: explicit path, then $BACKTHINK_CONFIG, then the default file."""
-    if path is not None:
-        return path
-    if env.get(CONFIG_ENV):
-        return Path(env[CONFIG_ENV])
-    return DEFAULT_CONFIG_PATH if DEFAULT_CONFIG_PATH.is_file() else None
+    """Pick the config file (absolute): explicit path, $BACKTHINK_CONFIG, then the search order."""
+    return paths.find_config(path, env, system=paths.SYSTEM_CONFIG)
 
 
 def load_settings(path: Path | None = None) -> Settings:
     """Load, merge and validate the configuration (the file, then the process environment).
+
+    Relative paths in the file are relative to its folder; data the file does not
+    place (database, state file, socket) goes to the state folder (`paths.data_dir`).
 
     Raises:
         ConfigError: one line naming the file, the key and what is wrong.
@@ -538,6 +554,7 @@ def load_settings(path: Path | None = None) -> Settings:
     env = os.environ
     config_path = resolve_config_path(path, env)
     data: dict[str, Any] = {}
+    file_env: dict[str, str] = {}
     where = "built-in defaults"
     if config_path is not None:
         where = str(config_path)
@@ -549,16 +566,27 @@ def load_settings(path: Path | None = None) -> Settings:
             raise ConfigError(f"config file {config_path}: {exc.strerror}") from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config file {config_path} is not valid TOML: {exc}") from None
+        paths.anchor_paths(data, config_path.parent)
+        file_env = _read_env_file(config_path.with_name(paths.ENV_FILE_NAME))
+    _place_data(data, paths.data_dir(env))
     overrides = _env_overrides(env)
+    from_file = _apply_env_file(data, file_env, env)
     try:
         settings = Settings(**data)
     except ValidationError as exc:
         loc, problem = _first_problem(exc)
         blamed = next((name for name, path in overrides.items() if _comes_from(path, loc)), None)
-        source = f"environment {blamed}" if blamed is not None else where
+        in_file = next((name for name, path in from_file.items() if _comes_from(path, loc)), None)
+        source = where
+        if blamed is not None:
+            source = f"environment {blamed}"
+        elif in_file is not None and config_path is not None:
+            source = f"{config_path.with_name(paths.ENV_FILE_NAME)} {in_file}"
         raise ConfigError(f"{source}: {problem}") from None
-    if settings.model.api_key is None and env.get("OPENAI_API_KEY"):
-        model = settings.model.model_copy(update={"api_key": SecretStr(env["OPENAI_API_KEY"])})
+    key_name = settings.model.api_key_env
+    key = env.get(key_name) or file_env.get(key_name)
+    if settings.model.api_key is None and key:
+        model = settings.model.model_copy(update={"api_key": SecretStr(key)})
         settings = settings.model_copy(update={"model": model})
     if settings.owners:
         from backthink.owners import config_owners, owner_settings
@@ -569,6 +597,67 @@ def load_settings(path: Path | None = None) -> Settings:
             except ConfigError as exc:
                 raise ConfigError(f"{where}: {exc}") from None
     return settings
+
+
+def _read_env_file(path: Path) -> dict[str, str]:
+    try:
+        return paths.read_env_file(path)
+    except OSError as exc:
+        # The system unit's env file is root's alone: a command run by another user
+        # goes on without it, as the daemon's own user does.
+        import structlog
+
+        structlog.get_logger().warning(
+            "config.env_file_unreadable", path=str(path), problem=exc.strerror
+        )
+        return {}
+
+
+def _place_data(data: dict[str, Any], folder: Path) -> None:
+    """Put the database, the state file and the socket in `folder` unless the file places them."""
+    defaults = {
+        ("database", "url"): paths.sqlite_url(folder / "backthink.db"),
+        ("state", "file"): str(folder / "state.json"),
+        ("daemon", "socket"): str(folder / "backthink.sock"),
+    }
+    for (section, key), value in defaults.items():
+        table = data.setdefault(section, {})
+        if isinstance(table, dict):
+            table.setdefault(key, value)
+
+
+def _apply_env_file(
+    data: dict[str, Any], file_env: Mapping[str, str], env: Mapping[str, str]
+) -> dict[str, tuple[str, ...]]:
+    """Set the overrides of backthink.env into `data`, except those the environment sets.
+
+    Returns:
+        The variables applied, each with the config path it sets.
+    """
+    present = {name.lower() for name in env}
+    applied = {
+        name: keys for name, keys in _env_overrides(file_env).items() if name.lower() not in present
+    }
+    for name, keys in applied.items():
+        table = data
+        for part in keys[:-1]:
+            child = table.setdefault(part, {})
+            if not isinstance(child, dict):
+                break
+            table = child
+        else:
+            table[keys[-1]] = _env_value(file_env[name])
+    return applied
+
+
+def _env_value(text: str) -> Any:
+    # As for the environment, a list or a table is written as JSON.
+    if text.startswith(("[", "{")):
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass
+    return text
 
 
 def _env_overrides(env: Mapping[str, str]) -> dict[str, tuple[str, ...]]:

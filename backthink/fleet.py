@@ -14,6 +14,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 import structlog
@@ -28,6 +29,7 @@ from backthink.models import Owner
 from backthink.owners import config_owners, find_owner, owner_settings
 from backthink.ports import Clock, ModelClient, Outbox, OwnerStore
 from backthink.prompts import PromptBook
+from backthink.shipped import prompt_templates
 
 log = structlog.get_logger("backthink.fleet")
 
@@ -69,7 +71,7 @@ class Fleet:
         self._outbox = outbox
         self._wire = wire
         self._apps: OrderedDict[str, _Wired] = OrderedDict()
-        self._books: dict[tuple[Path, Language], PromptBook] = {}
+        self._books: dict[tuple[Path | Traversable, Language], PromptBook] = {}
         self._personas: dict[tuple[Path | None, str, str], str] = {}
 
     async def sync(self, at: datetime, *, strict: bool = False) -> None:
@@ -144,7 +146,7 @@ class Fleet:
 
     def _build(self, owner: Owner) -> App:
         settings = owner_settings(self.settings, owner)
-        key = (settings.prompt.dir, settings.prompt.language)
+        key = (settings.prompt.dir or prompt_templates(), settings.prompt.language)
         book = self._books.get(key)
         if book is None:
             book = self._books[key] = PromptBook.load(*key)

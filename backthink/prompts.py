@@ -13,7 +13,7 @@ import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
+from importlib.resources.abc import Traversable
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -86,8 +86,11 @@ class PromptBook:
     startup: string.Template
 
     @classmethod
-    def load(cls, folder: Path, language: Language) -> PromptBook:
+    def load(cls, folder: Traversable, language: Language) -> PromptBook:
         """Read `guidance.<lang>.md` and `startup.<lang>.md` from `folder`.
+
+        `folder` is a directory (`prompt.dir`) or the package's own templates
+        (`backthink.shipped.prompt_templates()`).
 
         Raises:
             ConfigError: a template is missing or unreadable.
@@ -97,11 +100,15 @@ class PromptBook:
             path = folder / f"{name}.{language}.md"
             try:
                 texts[name] = string.Template(path.read_text(encoding="utf-8").strip())
-            except OSError as exc:
-                raise ConfigError(
-                    f"prompt.dir: cannot read template {path}: {exc.strerror}"
-                ) from None
+            except (OSError, UnicodeDecodeError) as exc:
+                problem = getattr(exc, "strerror", None) or str(exc)
+                raise ConfigError(f"prompt.dir: cannot read template {path}: {problem}") from None
         return cls(language=language, guidance=texts["guidance"], startup=texts["startup"])
+
+
+def owner_display_name(name: str, language: Language) -> str:
+    """How prompts name the owner: the configured name, else a plain word of the language."""
+    return name or ("主人" if language == "zh" else "your owner")
 
 
 def is_startup(trigger: str) -> bool:

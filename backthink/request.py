@@ -19,7 +19,7 @@ from backthink.context import conversation
 from backthink.journal import MemoryBlock, render_memory_block
 from backthink.models import MemoryRef, Message, ModelMessage, StateReading, Trigger
 from backthink.ports import StateProvider
-from backthink.prompts import PromptBook, render_prompt
+from backthink.prompts import PromptBook, owner_display_name, render_prompt
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ class RequestBuilder:
             state=reading.state,
             channels=list(s.channels),
             persona_name=s.persona.name or s.persona.id,
-            owner_name=s.owner.name or ("主人" if s.prompt.language == "zh" else "your owner"),
+            owner_name=owner_display_name(s.owner.name, s.prompt.language),
             memory=shown.text,
         )
         notes.extend(memory.notes)

@@ -28,8 +28,7 @@ from typing import IO, Any
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_VAR = ROOT / "var" / "bench"
 TESTS = ROOT / "tests"
-PROMPTS = ROOT / "config" / "prompts"
-PERSONA = ROOT / "config" / "persona.md"
+PROMPTS = ROOT / "backthink" / "prompts"
 VENV_BIN = Path(sys.executable).parent
 FAKE_SERVER = TESTS / "fake_openai.py"
 
@@ -310,7 +309,7 @@ def settings_doc(
     """Settings for a round that always may push: no quiet hours, no rate limits, web by default."""
     doc: dict[str, Any] = {
         "owner": {"id": OWNER, "name": OWNER_NAME, "timezone": TIMEZONE},
-        "persona": {"id": PERSONA_ID, "name": PERSONA_NAME, "prompt_file": str(PERSONA)},
+        "persona": {"id": PERSONA_ID, "name": PERSONA_NAME, "prompt_file": ""},
         "model": {
             "base_url": base_url,
             "api_key": API_KEY,

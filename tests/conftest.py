@@ -93,13 +93,12 @@ timezone = "Asia/Shanghai"
 [persona]
 id = "cyrene"
 name = "昔涟"
-prompt_file = "{ROOT / "config/persona.md"}"
 
 [database]
 url = "sqlite+aiosqlite:///{self.path / "bt.db"}"
 
 [prompt]
-dir = "{ROOT / "config/prompts"}"
+dir = "{ROOT / "backthink/prompts"}"
 
 [state]
 file = "{self.path / "state.json"}"

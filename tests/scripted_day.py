@@ -79,7 +79,7 @@ def settings(**gate: object) -> Settings:
         {
             "owner": {"id": OWNER, "name": "开拓者", "timezone": "Asia/Shanghai"},
             "persona": {"id": "cyrene", "name": "昔涟"},
-            "prompt": {"dir": str(ROOT / "config/prompts")},
+            "prompt": {"dir": str(ROOT / "backthink/prompts")},
             "gate": {"default_channel": "web", "max_unanswered": 3, "daily_cap": 5, **gate},
             "channels": {
                 "web": {"type": "web"},

@@ -21,7 +21,7 @@ from backthink.testing import (
     seed_history,
 )
 
-PROMPTS = Path(__file__).resolve().parent.parent / "config/prompts"
+PROMPTS = Path(__file__).resolve().parent.parent / "backthink/prompts"
 T0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)  # 10:00 in Shanghai
 NO_PUSH = "[我决定:no_push]"
 SPEAKER_NOTE = "[发言归属] "

@@ -14,9 +14,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     for name in ("OPENAI_API_KEY", "BACKTHINK_CONFIG", "BACKTHINK_MODEL__BASE_URL"):
         monkeypatch.delenv(name, raising=False)
+    # The machine's own configs and state must not leak into these tests.
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    for name in ("XDG_CONFIG_HOME", "XDG_STATE_HOME", "STATE_DIRECTORY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr("backthink.paths.SYSTEM_CONFIG", home / "etc/backthink.toml")
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -29,7 +35,9 @@ def test_shipped_configs_load() -> None:
     """The default and the example config both validate."""
     default = load_settings(ROOT / "config/backthink.toml")
     example = load_settings(ROOT / "config/backthink.example.toml")
-    assert default.database.url.startswith("sqlite+aiosqlite:///var/")
+    # The checkout's config keeps its data in var/ at the top of the checkout.
+    assert default.database.url == f"sqlite+aiosqlite:///{ROOT}/var/backthink.db"
+    assert default.state.file == ROOT / "var/state.json"
     assert set(example.channels) == {"web", "phone", "telegram"}
     assert example.gate.default_channel == "web"
 

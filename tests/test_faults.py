@@ -41,7 +41,7 @@ def settings(tmp_path: Path, base_url: str, **over: object) -> Settings:
         "persona": {"id": "cyrene", "name": "昔涟"},
         "model": {"base_url": base_url, "api_key": KEY, "max_retries": 1, "timeout_s": 1.0},
         "database": {"url": f"sqlite+aiosqlite:///{tmp_path / 'bt.db'}"},
-        "prompt": {"dir": str(ROOT / "config/prompts")},
+        "prompt": {"dir": str(ROOT / "backthink/prompts")},
         "gate": {"quiet_hours": "", "default_channel": "web"},
         "state": {"file": str(tmp_path / "state.json")},
         "daemon": {"socket": str(tmp_path / "s.sock")},

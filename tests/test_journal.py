@@ -18,7 +18,7 @@ from backthink.models import Memory, MemoryKind, MemoryRef, Outcome, Recalled
 from backthink.store.memory import MemoryMemoryStore
 from backthink.testing import FakeClock, ScriptedModel, make_rig, proactive_messages
 
-PROMPTS = Path(__file__).resolve().parent.parent / "config/prompts"
+PROMPTS = Path(__file__).resolve().parent.parent / "backthink/prompts"
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 T0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)  # 10:00 in Shanghai
 

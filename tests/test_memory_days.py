@@ -46,7 +46,7 @@ def settings(tmp_path: Path, base_url: str) -> Settings:
             "persona": {"id": "cyrene", "name": "昔涟"},
             "model": {"base_url": base_url, "api_key": "sk-test", "max_retries": 0},
             "database": {"url": f"sqlite+aiosqlite:///{tmp_path / 'days.db'}"},
-            "prompt": {"dir": str(ROOT / "config/prompts"), "language": "zh"},
+            "prompt": {"dir": str(ROOT / "backthink/prompts"), "language": "zh"},
             "gate": {"quiet_hours": "", "min_interval": "0s", "default_channel": "web"},
             "state": {"file": str(tmp_path / "absent.json")},
             "daemon": {"socket": str(tmp_path / "s.sock")},

@@ -23,7 +23,7 @@ from backthink.store import MemoryOwnerStore, open_database
 from backthink.testing import FakeClock, ScriptedModel
 
 T0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
-PROMPTS = str(ROOT / "config/prompts")
+PROMPTS = str(ROOT / "backthink/prompts")
 
 
 def base(**extra: Any) -> Settings:

@@ -21,7 +21,7 @@ from backthink.pause import FOREVER, Pauses, PauseState, parse_pause_duration, p
 from backthink.store import open_store
 from backthink.testing import FakeClock, ScriptedModel, make_rig
 
-PROMPTS = Path(__file__).resolve().parent.parent / "config/prompts"
+PROMPTS = Path(__file__).resolve().parent.parent / "backthink/prompts"
 T0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
 NO_PUSH = "[我决定:no_push]"
 TIMEOUT_S = 20.0  # seconds for any one exchange on a loaded machine

@@ -13,7 +13,7 @@ from backthink.models import Availability, RoundState, ScheduleItem
 from backthink.prompts import PromptBook, render_prompt, render_state_block
 
 ROOT = Path(__file__).resolve().parent.parent
-PROMPTS = ROOT / "config/prompts"
+PROMPTS = ROOT / "backthink/prompts"
 SH = ZoneInfo("Asia/Shanghai")
 AT = datetime(2026, 11, 30, 0, 0, tzinfo=UTC)  # 08:00 in Shanghai, a Monday
 

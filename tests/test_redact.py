@@ -78,7 +78,7 @@ async def test_check_shows_the_model_url_without_credentials(
         {
             "model": {"base_url": base_url, "api_key": "sk-test-0123456789"},
             "database": {"url": f"sqlite+aiosqlite:///{tmp_path / 'bt.db'}"},
-            "prompt": {"dir": str(ROOT / "config/prompts")},
+            "prompt": {"dir": str(ROOT / "backthink/prompts")},
         }
     )
     lines = [line async for line in run_checks(settings)]

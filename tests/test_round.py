@@ -28,7 +28,7 @@ from backthink.testing import (
     seed_history,
 )
 
-PROMPTS = Path(__file__).resolve().parent.parent / "config/prompts"
+PROMPTS = Path(__file__).resolve().parent.parent / "backthink/prompts"
 T0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)  # 10:00 in Shanghai
 PUSH = "[我决定:push]\n[紧急:warning]\n记得十点的组会哦。"
 

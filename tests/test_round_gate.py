@@ -33,7 +33,7 @@ from backthink.testing import (
     proactive_messages,
 )
 
-PROMPTS = Path(__file__).resolve().parent.parent / "config/prompts"
+PROMPTS = Path(__file__).resolve().parent.parent / "backthink/prompts"
 NOON = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)  # 12:00 in Shanghai
 NIGHT = datetime(2026, 11, 30, 19, 0, tzinfo=UTC)  # 03:00 in Shanghai
 PUSH = "[我决定:push]\n组会加油。"

@@ -79,7 +79,7 @@ def test_trigger_jitter_is_bounded() -> None:
     assert prev + HB <= first <= prev + HB + timedelta(minutes=2)
 
 
-PROMPTS = str(Path(__file__).resolve().parent.parent / "config/prompts")
+PROMPTS = str(Path(__file__).resolve().parent.parent / "backthink/prompts")
 
 
 async def test_missed_heartbeats_collapse_into_one_run() -> None:

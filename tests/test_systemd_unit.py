@@ -1,4 +1,5 @@
-"""The shipped systemd unit: it verifies, and its hardening keeps exposure low."""
+"""The units `backthink service install` writes: they verify, and the system one keeps
+its exposure low."""
 
 from __future__ import annotations
 
@@ -6,53 +7,61 @@ import configparser
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
-UNIT = ROOT / "systemd/backthink.service"
+from backthink.service import plan_install
+from backthink.shipped import Scope
+
 EXPOSURE_THRESHOLD = 20  # systemd's scale of 0-100; 20 is shown as an exposure of 2.0
+SYSTEM_CONFIG = Path("/etc/backthink/backthink.toml")
 
 analyze = shutil.which("systemd-analyze")
 needs_analyze = pytest.mark.skipif(analyze is None, reason="systemd-analyze is not installed")
 
 
-def local_unit(tmp_path: Path) -> Path:
-    """The unit with its install paths pointed at this checkout, so verify finds the binary."""
-    text = UNIT.read_text(encoding="utf-8")
-    text = text.replace(
-        "/opt/backthink/.venv/bin/backthink", str(Path(sys.executable).parent / "backthink")
-    )
-    text = text.replace("WorkingDirectory=/opt/backthink", f"WorkingDirectory={ROOT}")
+def rendered(scope: Scope, tmp_path: Path) -> Path:
+    """The unit as installing it would write it, saved in a temp folder."""
+    config = SYSTEM_CONFIG if scope == "system" else tmp_path / "backthink.toml"
     path = tmp_path / "backthink.service"
-    path.write_text(text, encoding="utf-8")
+    path.write_text(plan_install(scope, config, {"HOME": str(tmp_path)}).unit_text)
     return path
 
 
-def test_unit_essentials() -> None:
-    """Type=notify with a watchdog, restart on failure, and the hardening the README promises."""
+def service_section(path: Path) -> configparser.SectionProxy:
     parser = configparser.ConfigParser(strict=False, interpolation=None)
     parser.optionxform = str  # type: ignore[assignment,method-assign]
-    parser.read(UNIT, encoding="utf-8")
-    service = parser["Service"]
+    parser.read(path, encoding="utf-8")
+    return parser["Service"]
+
+
+@pytest.mark.parametrize("scope", ["user", "system"])
+def test_unit_essentials(scope: Scope, tmp_path: Path) -> None:
+    """Type=notify with a watchdog, restart on failure, secrets only through EnvironmentFile=."""
+    service = service_section(rendered(scope, tmp_path))
     assert service["Type"] == "notify"
     assert service["WatchdogSec"] == "60s"
     assert service["Restart"] == "on-failure"
     assert service["NoNewPrivileges"] == "yes"
-    assert service["ProtectSystem"] == "strict"
     assert service["StateDirectory"] == "backthink"
-    assert service["CapabilityBoundingSet"] == ""
-    assert "SystemCallFilter" in service
-    assert (ROOT / "systemd/backthink.env.example").is_file()
+    assert service["ExecStart"].endswith(" run")
+    assert service["EnvironmentFile"].startswith("-/")
+    assert "API_KEY" not in rendered(scope, tmp_path).read_text(encoding="utf-8")
+    if scope == "system":
+        assert service["ProtectSystem"] == "strict"
+        assert service["CapabilityBoundingSet"] == ""
+        assert service["DynamicUser"] == "yes"
+    assert (ROOT / f"systemd/backthink.{scope}.service").resolve().is_file()
 
 
 @needs_analyze
-def test_systemd_analyze_verify(tmp_path: Path) -> None:
+@pytest.mark.parametrize("scope", ["user", "system"])
+def test_systemd_analyze_verify(scope: Scope, tmp_path: Path) -> None:
     """systemd-analyze verify finds nothing wrong with the unit."""
     proc = subprocess.run(
-        [str(analyze), "verify", str(local_unit(tmp_path))],
+        [str(analyze), "verify", str(rendered(scope, tmp_path))],
         capture_output=True,
         text=True,
         timeout=60,
@@ -64,14 +73,14 @@ def test_systemd_analyze_verify(tmp_path: Path) -> None:
 
 @needs_analyze
 def test_systemd_analyze_security(tmp_path: Path) -> None:
-    """The offline security analysis stays under the exposure threshold."""
+    """The system unit's offline security analysis stays under the exposure threshold."""
     proc = subprocess.run(
         [
             str(analyze),
             "security",
             "--offline=yes",
             f"--threshold={EXPOSURE_THRESHOLD}",
-            str(local_unit(tmp_path)),
+            str(rendered("system", tmp_path)),
         ],
         capture_output=True,
         text=True,

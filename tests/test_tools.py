@@ -25,7 +25,7 @@ from backthink.testing import Calls, FakeClock, ScriptedModel, make_rig, proacti
 from backthink.tools import ToolBox, ToolError, ToolSpec, cut_result
 from backthink.tools.loop import CALL_LIMIT_RESULT
 
-PROMPTS = Path(__file__).resolve().parent.parent / "config/prompts"
+PROMPTS = Path(__file__).resolve().parent.parent / "backthink/prompts"
 T0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)  # 10:00 in Shanghai
 PUSH = "[我决定:push]\n明天的考试加油，早点睡。"
 NO_PUSH = "[我决定:no_push]"

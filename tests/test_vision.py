@@ -17,7 +17,7 @@ from backthink.model_client import IMAGE_PLACEHOLDER, OpenAIModelClient
 from backthink.models import Message, Outcome
 from backthink.testing import FakeClock, MemoryMessageStore, Rig, make_rig
 
-PROMPTS = Path(__file__).resolve().parent.parent / "config/prompts"
+PROMPTS = Path(__file__).resolve().parent.parent / "backthink/prompts"
 T0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
 IMAGE = "https://example.invalid/cat.png"
 NO_PUSH = "[我决定:no_push]"

@@ -42,7 +42,7 @@ def settings(**web: object) -> Settings:
     return Settings.model_validate(
         {
             "owner": {"id": "o", "timezone": "Asia/Shanghai"},
-            "prompt": {"dir": str(ROOT / "config/prompts")},
+            "prompt": {"dir": str(ROOT / "backthink/prompts")},
             "state": {"file": None},
             "gate": {"quiet_hours": "23:00-07:00", "min_interval": "0s"},
             "channels": {"web": {"type": "web"}, "phone": {"type": "webhook", "url": HERE}},

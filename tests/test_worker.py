@@ -47,7 +47,7 @@ def write_config(path: Path, url: str, base_url: str) -> Path:
 [persona]
 id = "cyrene"
 name = "昔涟"
-prompt_file = "{ROOT / "config/persona.md"}"
+prompt_file = ""
 
 [model]
 base_url = "{base_url}"
@@ -60,7 +60,7 @@ timeout_s = 20
 url = "{url}"
 
 [prompt]
-dir = "{ROOT / "config/prompts"}"
+dir = "{ROOT / "backthink/prompts"}"
 
 [state]
 file = ""

@@ -132,11 +132,12 @@ class LiveWorkdir:
     def write_config(self) -> None:
         """Write the config: shipped prompts, a fresh database, the live model, an open gate."""
         if self.language == "zh":
-            persona_file = ROOT / "config/persona.md"
+            persona_file = ""  # the shipped default persona
             owner_name, persona_name = "开拓者", "昔涟"
         else:
-            persona_file = self.path / "persona.en.md"
-            persona_file.write_text(PERSONA_EN + "\n", encoding="utf-8")
+            en_file = self.path / "persona.en.md"
+            en_file.write_text(PERSONA_EN + "\n", encoding="utf-8")
+            persona_file = str(en_file)
             owner_name, persona_name = "Alex", "Cyrene"
         self.config.write_text(
             f"""
@@ -161,7 +162,7 @@ url = "{self.database}"
 
 [prompt]
 language = "{self.language}"
-dir = "{ROOT / "config/prompts"}"
+dir = "{ROOT / "backthink/prompts"}"
 
 [state]
 file = "{self.path / "state.json"}"
