@@ -47,6 +47,7 @@ from backthink.owners import owner_settings
 from backthink.schedule import next_heartbeat
 from backthink.store.owners import MOVE_DUE, to_owner
 from backthink.store.tables import OwnerRow
+from backthink.systemd import Notifier
 
 if TYPE_CHECKING:
     from backthink.fleet import Fleet
@@ -306,6 +307,12 @@ async def _reap(context: procrastinate.JobContext, timestamp: int) -> None:
     await queue.reap()
 
 
+async def _watchdog(notifier: Notifier, interval_s: float) -> None:
+    while True:
+        notifier.notify("WATCHDOG=1")
+        await asyncio.sleep(interval_s)
+
+
 async def apply_schema(app: procrastinate.App, engine: AsyncEngine) -> None:
     """Create procrastinate's tables once, whichever worker starts first."""
     async with engine.connect() as conn, conn.begin():
@@ -358,8 +365,19 @@ async def serve(settings: Settings) -> int:
                     )
                 )
                 log.info("worker.ready", concurrency=settings.worker.concurrency)
+                # Under systemd (Type=notify, WatchdogSec=) as the daemon is.
+                notifier = Notifier()
+                notifier.notify("READY=1", "STATUS=running rounds from the queue")
+                pings = (
+                    asyncio.create_task(_watchdog(notifier, interval))
+                    if (interval := notifier.watchdog_interval_s) is not None
+                    else None
+                )
                 stopping = asyncio.create_task(stop.wait())
                 await asyncio.wait([worker, stopping], return_when=asyncio.FIRST_COMPLETED)
+                notifier.notify("STOPPING=1")
+                if pings is not None:
+                    pings.cancel()
                 if worker.done():
                     stopping.cancel()
                     worker.result()  # raises what stopped it

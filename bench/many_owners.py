@@ -103,10 +103,11 @@ async def _drive(scenario: Scenario, base_url: str, db: Path, state: Path) -> di
         JobSubmissionEvent,
     )
 
-    from backthink.app import open_app, settle_heap
+    from backthink.app import open_fleet, settle_heap
     from backthink.config import Settings
     from backthink.daemon import Daemon, build_scheduler
-    from backthink.models import Outcome
+    from backthink.models import Outcome, Owner
+    from backthink.store import open_database
 
     n, heartbeat_s = scenario.owners, scenario.heartbeat_s
     owners = _owners(n)
@@ -116,9 +117,12 @@ async def _drive(scenario: Scenario, base_url: str, db: Path, state: Path) -> di
     loop = asyncio.get_running_loop()
     tally = Tally()
     drained = asyncio.Event()
-    async with open_app(settings) as app:
+    async with open_database(settings.database) as store:
+        rows = [Owner(id=owner, timezone=settings.owner.timezone) for owner in owners]
+        await store.owners.put_many(rows, at=datetime.now(UTC))
+    async with open_fleet(settings) as fleet:
         settle_heap()  # as `backthink run` does
-        daemon = Daemon(app, owners)
+        daemon = Daemon(fleet, owners)
 
         async def job(owner: str, trigger: str) -> None:
             started_at = datetime.now(UTC)

@@ -83,6 +83,16 @@ class SqlOwnerStore:
         with store_errors(f"could not store owner {owner.id!r}"):
             await self._db.write(lambda c: _put(c, owner, at))
 
+    async def put_many(self, owners: Sequence[Owner], *, at: datetime) -> None:
+        """Insert or replace many owners in one transaction (an import, a benchmark)."""
+
+        def run(conn: Connection) -> None:
+            for owner in owners:
+                _put(conn, owner, at)
+
+        with store_errors("could not store owners"):
+            await self._db.write(run)
+
     async def remove(self, owner_id: str) -> bool:
         """Delete the owner's row (its messages and rounds stay); False if there is none."""
         statement = delete(OwnerRow).where(col(OwnerRow.id) == owner_id)
