@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import re
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ import pytest
 from conftest import CLI_TIMEOUT_S, ROOT, DaemonProcess, Workdir
 from fake_openai import FakeOpenAI
 from scripted_day import OWNER, run_day
-from webdriver import Browser, browser, missing
+from webdriver import Browser, WebDriverError, browser, missing
 
 from backthink.models import Outcome, RoundRecord
 from backthink.testing import run_cli
@@ -149,17 +150,32 @@ def test_round_detail_shows_the_reason_in_words(site: Site, chromium: Browser) -
     assert chromium.find("pre.footer").text.startswith("[我决定:push]")
 
 
+def wait_for_status(page: Browser, state: str, timeout_s: float = 15.0) -> None:
+    """Wait for the page the form's redirect leads to: until then the old page's status shows."""
+    deadline = time.monotonic() + timeout_s
+    seen = ""
+    while time.monotonic() < deadline:
+        try:
+            seen = page.find("#status").attribute("class") or ""
+        except WebDriverError:  # the old page's element went stale while the new one loads
+            seen = ""
+        if state in seen:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the status never showed {state!r} (last seen: {seen!r})")
+
+
 def test_pause_from_the_page_without_javascript(site: Site) -> None:
     """With scripts off, the Pause button makes the next round skipped/disabled; Resume ends it."""
     with browser(javascript=False) as page:
         page.get(site.url)
         assert "running" in (page.find("#status").attribute("class") or "")
         page.find("#pause").click()
-        assert "paused" in (page.find("#status").attribute("class") or "")
+        wait_for_status(page, "paused")
         answer = site.poke("paused from the page")
         assert (answer["outcome"], answer["reason"]) == ("skipped", "disabled")
         page.find("#resume").click()
-        assert "running" in (page.find("#status").attribute("class") or "")
+        wait_for_status(page, "running")
     answer = site.poke("resumed from the page")
     assert answer["reason"] != "disabled"
 

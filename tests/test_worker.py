@@ -53,7 +53,9 @@ prompt_file = ""
 base_url = "{base_url}"
 api_key = "sk-test"
 name = "fake-model"
-max_retries = 0
+# The fake endpoint shares the test's process: under a loaded suite a connection may
+# drop, and a real client retries that too.
+max_retries = 2
 timeout_s = 20
 
 [database]
