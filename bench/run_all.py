@@ -25,6 +25,7 @@ GROUPS = (
     ("worst_case", 180),
     ("recall", 900),
     ("pg_recall", 300),
+    ("workers", 900),
 )
 TERM_GRACE_S = 45.0  # seconds a stopped group gets to stop its own children
 

@@ -84,7 +84,7 @@ enabled = false
 enabled = false
 
 [worker]
-concurrency = 40
+concurrency = 12
 
 [daemon]
 socket = "{path / "unused.sock"}"
@@ -138,6 +138,26 @@ def slot_of(record: RoundRecord) -> datetime | None:
     return None
 
 
+def wait_until_all_busy(url: str, timeout_s: float = 30.0) -> None:
+    """Wait until each of the WORKERS workers is running at least one round."""
+    import psycopg
+
+    from backthink.worker import ROUND_TASK, conninfo
+
+    deadline = time.monotonic() + timeout_s
+    with psycopg.connect(conninfo(url), autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            (busy,) = conn.execute(
+                "SELECT count(DISTINCT worker_id) FROM procrastinate_jobs"
+                " WHERE task_name = %s AND status = 'doing'",
+                (ROUND_TASK,),
+            ).fetchone() or (0,)
+            if busy >= WORKERS:
+                return
+            time.sleep(0.05)
+    raise AssertionError("the workers were never all busy at once")
+
+
 def jobs_left(url: str) -> dict[str, int]:
     """Round jobs still in the queue, by status (successful ones are deleted)."""
     import psycopg
@@ -172,6 +192,8 @@ def test_three_workers_one_killed_mid_round(tmp_path: Path, pg_url: str, fake: F
             assert all(w.proc.poll() is None for w in workers), workers[0].log.read_text()[-3000:]
             time.sleep(0.2)
         time.sleep(RUN_S)
+        # Killed while every worker (so the victim too) has rounds in flight.
+        wait_until_all_busy(pg_url)
         finished_before = len(victim.events("round.finished"))
         victim.stop(signal.SIGKILL)
         time.sleep(RUN_S)
