@@ -178,7 +178,7 @@ async def all_rounds(url: str) -> list[RoundRecord]:
         return await store.rounds.list(limit=100_000)
 
 
-@pytest.mark.slow
+@pytest.mark.cluster
 @pytest.mark.timeout(300)
 def test_three_workers_one_killed_mid_round(tmp_path: Path, pg_url: str, fake: FakeOpenAI) -> None:
     fake.script(*[Reply(NO_PUSH, delay_s=REPLY_DELAY_S)] * 6000)
