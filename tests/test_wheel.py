@@ -113,6 +113,8 @@ def test_wheel_runs_from_anywhere(venv: Path, tmp_path: Path, fake: FakeOpenAI) 
     check = run(bt, "check")
     assert "ok  model: fake-model" in check.stdout
     fake.script(PUSH)
+    # The starter config has quiet hours 23:00-07:00: the round must push whatever the hour.
+    env.update(BACKTHINK_GATE__QUIET_HOURS="", BACKTHINK_GATE__ACTIVITY_WINDOW="0s")
     think = json.loads(run(bt, "think", "--json").stdout)
     assert (think["outcome"], think["reason"]) == ("delivered", "web")
     guidance = (Path(where.stdout.strip()).parent / "prompts/guidance.zh.md").read_text()
