@@ -204,6 +204,9 @@ def _print_request(body: dict[str, Any], *, has_key: bool) -> None:
     typer.echo(f"Authorization: Bearer {'<redacted>' if has_key else '(no key)'}")
     typer.echo(f"model: {body['model']}")
     typer.echo(f"max_tokens: {body['max_tokens']}")
+    if "response_format" in body:
+        schema = body["response_format"]["json_schema"]
+        typer.echo(f"response_format: json_schema {schema['name']} (strict)")
     for tool in body.get("tools", []):
         function = tool["function"]
         typer.echo(f"tool: {function['name']}: {function['description']}")

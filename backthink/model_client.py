@@ -24,6 +24,7 @@ from backthink.errors import (
 )
 from backthink.models import ModelMessage, ModelReply, ToolCall
 from backthink.redact import redact_urls
+from backthink.structured import response_format
 
 PLACEHOLDER_API_KEY = "not-needed"
 """Sent when no key is configured: local servers (llama.cpp, Ollama, vLLM) ignore it,
@@ -111,8 +112,9 @@ _T = TypeVar("_T", bound=_Lenient)
 class OpenAIModelClient:
     """A ModelClient backed by `openai.AsyncOpenAI`; SDK objects never leave this class.
 
-    The request carries `model`, `messages` and `max_tokens` and nothing else, because
-    some local servers reject parameters they do not know. Replies are read from the raw
+    The request carries `model`, `messages` and `max_tokens` (plus `tools` when offered,
+    `response_format` in json_schema mode) and nothing else, because some local servers
+    reject parameters they do not know. Replies are read from the raw
     JSON body into small lenient models, so a server that bends the schema (extra
     fields, a missing `usage`) still works and one that breaks it fails with a clear
     ModelError instead of a half-built SDK object.
@@ -356,7 +358,9 @@ def request_body(
     alone (a new client, which has learned nothing yet). Without them, a message's
     image becomes `IMAGE_PLACEHOLDER` on a line after its text. `tools` are
     sent only when there are some; no `tool_choice` is sent (the server's default,
-    auto, is what a round wants, and some servers refuse the field).
+    auto, is what a round wants, and some servers refuse the field). With
+    `settings.output = "json_schema"` the body carries the decision's
+    `response_format` (see backthink.structured).
     """
     send = settings.vision is not False if images is None else images
     body: dict[str, Any] = {"model": settings.name}
@@ -366,6 +370,8 @@ def request_body(
         body["tools"] = [dict(tool) for tool in tools]
     body["messages"] = [_to_payload(message, images=send) for message in messages]
     body["max_tokens"] = settings.max_tokens
+    if settings.output == "json_schema":
+        body["response_format"] = response_format()
     return body
 
 
