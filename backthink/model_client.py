@@ -24,7 +24,7 @@ from backthink.errors import (
 )
 from backthink.models import ModelMessage, ModelReply, ToolCall
 from backthink.redact import redact_urls
-from backthink.structured import response_format
+from backthink.structured import SchemaForm, response_format
 
 PLACEHOLDER_API_KEY = "not-needed"
 """Sent when no key is configured: local servers (llama.cpp, Ollama, vLLM) ignore it,
@@ -57,6 +57,12 @@ _IMAGE_REFUSAL = re.compile(
 # support tools"), strict schemas (422, "unknown field `tools`").
 TOOL_REFUSAL_STATUSES = frozenset({400, 404, 422, 500, 501})
 _TOOL_REFUSAL = re.compile(r"\btools?\b|tool[ _-]?choice|function[ _-]?call", re.IGNORECASE)
+# How servers that read only the older `{"type": "json_object", "schema": ...}` form
+# refuse the OpenAI one: llama-cpp-python (422, "response_format.type: Input should be
+# 'text' or 'json_object'"), older llama.cpp builds (500, "response_format type must be
+# one of \"text\" or \"json_object\""). Only these statuses, and only with such words.
+SCHEMA_REFUSAL_STATUSES = frozenset({400, 422, 500})
+_SCHEMA_REFUSAL = re.compile(r"response_format|json_schema|json_object", re.IGNORECASE)
 
 
 class _Lenient(BaseModel):
@@ -156,6 +162,8 @@ class OpenAIModelClient:
         self._closed = False
         # Learned once per client: the endpoint refused image input (vision = "auto").
         self._image_refusal: str | None = None
+        # Learned once per client: the endpoint reads only the older schema form.
+        self._schema_form: SchemaForm = "json_schema"
 
     @property
     def model_name(self) -> str:
@@ -184,24 +192,33 @@ class OpenAIModelClient:
             notes.append(_withheld(images, f"{self._image_refusal} earlier"))
         with self._translate_errors(messages):
             try:
-                body = await self._post(
-                    request_body(self._settings, messages, images=send_images, tools=tools)
-                )
+                body = await self._post(self._body(messages, images=send_images, tools=tools))
             except openai.APIStatusError as exc:
                 if tools and _refuses_tools(exc):
                     raise ToolsRefusedError(
                         f"the endpoint refused tool definitions (HTTP {exc.status_code})"
                     ) from None
-                if not (images and send_images and self._settings.vision == "auto"):
+                retry_images = send_images
+                if self._refuses_schema_form(exc):
+                    # Asked once more in the older form; a refusal of that one is an error.
+                    self._schema_form = "json_object"
+                    log.warning("model.schema_form_refused", status=exc.status_code)
+                    notes.append(
+                        "response_format_fallback: the endpoint refused the json_schema form "
+                        f"(HTTP {exc.status_code}); json_object with a schema from now on"
+                    )
+                elif images and send_images and self._settings.vision == "auto":
+                    if not _refuses_images(exc):
+                        raise
+                    self._image_refusal = (
+                        f"the endpoint refused image input (HTTP {exc.status_code})"
+                    )
+                    log.warning("model.images_refused", status=exc.status_code)
+                    notes.append(_withheld(images, f"{self._image_refusal}; retried without"))
+                    retry_images = False
+                else:
                     raise
-                if not _refuses_images(exc):
-                    raise
-                self._image_refusal = f"the endpoint refused image input (HTTP {exc.status_code})"
-                log.warning("model.images_refused", status=exc.status_code)
-                notes.append(_withheld(images, f"{self._image_refusal}; retried without"))
-                body = await self._post(
-                    request_body(self._settings, messages, images=False, tools=tools)
-                )
+                body = await self._post(self._body(messages, images=retry_images, tools=tools))
         latency_ms = (time.perf_counter() - started) * 1000
         completion = _parse(_Completion, body)
         if not completion.choices:
@@ -222,6 +239,25 @@ class OpenAIModelClient:
             latency_ms=latency_ms,
             notes=notes,
         )
+
+    def _body(
+        self,
+        messages: Sequence[ModelMessage],
+        *,
+        images: bool,
+        tools: Sequence[Mapping[str, Any]],
+    ) -> dict[str, Any]:
+        return request_body(
+            self._settings, messages, images=images, tools=tools, schema_form=self._schema_form
+        )
+
+    def _refuses_schema_form(self, exc: openai.APIStatusError) -> bool:
+        """Whether an error answer refuses the OpenAI response_format form this client sent."""
+        if self._settings.output != "json_schema" or self._schema_form != "json_schema":
+            return False
+        if exc.status_code not in SCHEMA_REFUSAL_STATUSES:
+            return False
+        return bool(_SCHEMA_REFUSAL.search(_error_detail(exc.body) or exc.message))
 
     @property
     def sends_images(self) -> bool:
@@ -351,6 +387,7 @@ def request_body(
     *,
     images: bool | None = None,
     tools: Sequence[Mapping[str, Any]] = (),
+    schema_form: SchemaForm = "json_schema",
 ) -> dict[str, Any]:
     """The JSON body of one chat-completions request, exactly as it is POSTed.
 
@@ -360,7 +397,7 @@ def request_body(
     sent only when there are some; no `tool_choice` is sent (the server's default,
     auto, is what a round wants, and some servers refuse the field). With
     `settings.output = "json_schema"` the body carries the decision's
-    `response_format` (see backthink.structured).
+    `response_format` (see backthink.structured) in `schema_form`.
     """
     send = settings.vision is not False if images is None else images
     body: dict[str, Any] = {"model": settings.name}
@@ -371,7 +408,7 @@ def request_body(
     body["messages"] = [_to_payload(message, images=send) for message in messages]
     body["max_tokens"] = settings.max_tokens
     if settings.output == "json_schema":
-        body["response_format"] = response_format()
+        body["response_format"] = response_format(schema_form)
     return body
 
 

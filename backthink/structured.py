@@ -71,15 +71,22 @@ DECISION_SCHEMA: Final[Mapping[str, Any]] = MappingProxyType(
 )
 
 
-def response_format() -> dict[str, Any]:
-    """The `response_format` entry of a json_schema request, as plain JSON."""
+SchemaForm = Literal["json_schema", "json_object"]
+
+
+def response_format(form: SchemaForm = "json_schema") -> dict[str, Any]:
+    """The `response_format` entry of a json_schema request, as plain JSON.
+
+    `json_schema` is the OpenAI form, which OpenAI, vLLM, Ollama and llama.cpp's
+    own server read. `json_object` with a `schema` beside it is the older form
+    that llama.cpp's server also reads and llama-cpp-python's server reads only.
+    """
+    schema = json.loads(json.dumps(dict(DECISION_SCHEMA)))
+    if form == "json_object":
+        return {"type": "json_object", "schema": schema}
     return {
         "type": "json_schema",
-        "json_schema": {
-            "name": SCHEMA_NAME,
-            "schema": json.loads(json.dumps(dict(DECISION_SCHEMA))),
-            "strict": True,
-        },
+        "json_schema": {"name": SCHEMA_NAME, "schema": schema, "strict": True},
     }
 
 

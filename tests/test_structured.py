@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -9,10 +10,12 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from fake_openai import Fail, FakeOpenAI
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from backthink.config import ModelSettings, Settings
+from backthink.errors import ModelError
 from backthink.footer import (
     BODY_TOO_LONG,
     CHANNEL_UNCLEAR,
@@ -28,7 +31,7 @@ from backthink.footer import (
     WRONG_TYPE,
     suppression_reason,
 )
-from backthink.model_client import request_body
+from backthink.model_client import OpenAIModelClient, request_body
 from backthink.models import MemoryKind, ModelMessage, Outcome, Reason, Urgency
 from backthink.prompts import PromptBook, render_prompt
 from backthink.structured import (
@@ -284,3 +287,39 @@ async def test_a_broken_json_reply_is_a_parse_failure_with_its_problem_noted() -
     record = await rig.thinker.run_round("o", "heartbeat")
     assert (record.outcome, record.reason) == (Outcome.SUPPRESSED, Reason.PARSE_FAILED)
     assert INVALID_JSON in record.notes
+
+
+async def test_an_endpoint_that_reads_only_the_older_form_gets_it_from_then_on(
+    fake: FakeOpenAI,
+) -> None:
+    """A refusal of the json_schema form is answered once in json_object form, then remembered."""
+    fake.schema_refusal = 422
+    fake.script(obj(), obj())
+    client = OpenAIModelClient(
+        ModelSettings(base_url=fake.base_url, output="json_schema", max_retries=0, timeout_s=5)
+    )
+    try:
+        first = await asyncio.wait_for(client.complete([ModelMessage(role="user", text="hi")]), 10)
+        second = await asyncio.wait_for(client.complete([ModelMessage(role="user", text="hi")]), 10)
+    finally:
+        await client.close()
+    forms = [r.body["response_format"]["type"] for r in fake.chat_requests]
+    assert forms == ["json_schema", "json_object", "json_object"]
+    assert fake.chat_requests[1].body["response_format"]["schema"] == dict(DECISION_SCHEMA)
+    assert parse_json_reply(first.text).push and parse_json_reply(second.text).push
+    assert any(n.startswith("response_format_fallback:") for n in first.notes)
+    assert second.notes == []
+
+
+async def test_a_footer_client_never_falls_back_on_an_unrelated_error(fake: FakeOpenAI) -> None:
+    """An error that is not about the schema form stays an error, in either mode."""
+    fake.script(Fail(422, message="messages: field required"))
+    client = OpenAIModelClient(
+        ModelSettings(base_url=fake.base_url, output="json_schema", max_retries=0, timeout_s=5)
+    )
+    try:
+        with pytest.raises(ModelError, match="HTTP 422"):
+            await asyncio.wait_for(client.complete([ModelMessage(role="user", text="hi")]), 10)
+    finally:
+        await client.close()
+    assert len(fake.chat_requests) == 1
