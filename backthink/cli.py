@@ -529,6 +529,48 @@ def _tool_count(record: RoundRecord) -> str:
     return f"{len(record.tools)} ({failed} failed)" if failed else str(len(record.tools))
 
 
+@app.command("eval")
+def eval_cmd(
+    ctx: typer.Context,
+    file: Annotated[
+        Path, typer.Argument(help="Scenarios, JSON Lines (e.g. eval/scenarios.jsonl).")
+    ],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, max=100, help="Runs per scenario.")] = 1,
+) -> None:
+    """Score the companion's judgment on scenarios, in isolation: no database, no channels."""
+    from backthink.eval import Evaluation, run_eval
+    from backthink.figures import render_table
+    from backthink.model_client import OpenAIModelClient
+    from backthink.scenarios import load_scenarios
+
+    c: Context = ctx.obj
+    settings = c.settings()
+    owner_id = c.owner_id(settings)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{file}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    loaded = load_scenarios(text.splitlines(), source=str(file), owner_tz=settings.owner.tz)
+    for problem in loaded.problems:
+        typer.echo(f"backthink: {problem}", err=True)
+    if not loaded.scenarios:
+        raise InputError(f"{file}: no valid scenario to run")
+
+    async def go() -> Evaluation:
+        async with OpenAIModelClient(settings.model) as model:
+            return await run_eval(
+                settings, loaded.scenarios, model=model, owner_id=owner_id, repeat=repeat
+            )
+
+    evaluation = _run(go())
+    data = evaluation.to_json(invalid=loaded.problems)
+    if as_json:
+        _print_json(data)
+    else:
+        typer.echo(render_table(data, evaluation.results))
+
+
 @app.command()
 def check(ctx: typer.Context) -> None:
     """Validate config, prompts, database and model endpoint; exit 1 on the first problem."""
