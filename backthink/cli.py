@@ -170,7 +170,9 @@ def think(
 
                 request = await a.thinker.prepare(owner_id, trigger)
                 tools = await a.thinker.offered_tools(owner_id)
-                return request_body(settings.model, request.messages, tools=tools)
+                return request_body(
+                    settings.model, request.messages, tools=tools, channels=list(settings.channels)
+                )
             return await a.thinker.run_round(owner_id, trigger)
 
     result = _run(go())
@@ -558,7 +560,7 @@ def eval_cmd(
         raise InputError(f"{file}: no valid scenario to run")
 
     async def go() -> Evaluation:
-        async with OpenAIModelClient(settings.model) as model:
+        async with OpenAIModelClient(settings.model, channels=list(settings.channels)) as model:
             return await run_eval(
                 settings, loaded.scenarios, model=model, owner_id=owner_id, repeat=repeat
             )

@@ -131,7 +131,11 @@ class OpenAIModelClient:
     """
 
     def __init__(
-        self, settings: ModelSettings, *, config_location: str = DEFAULT_CONFIG_LOCATION
+        self,
+        settings: ModelSettings,
+        *,
+        config_location: str = DEFAULT_CONFIG_LOCATION,
+        channels: Sequence[str] = (),
     ) -> None:
         """Build the SDK client; no request is sent yet.
 
@@ -139,6 +143,7 @@ class OpenAIModelClient:
             settings: the [model] section of the configuration.
             config_location: where the configuration lives, named in the error when
                 no endpoint is configured.
+            channels: the configured channel names, which a json_schema reply may name.
 
         Raises:
             ModelNotConfiguredError: `settings.base_url` is not set.
@@ -160,6 +165,7 @@ class OpenAIModelClient:
             max_retries=settings.max_retries,
         )
         self._closed = False
+        self._channels = list(channels)
         # Learned once per client: the endpoint refused image input (vision = "auto").
         self._image_refusal: str | None = None
         # Learned once per client: the endpoint reads only the older schema form.
@@ -248,7 +254,12 @@ class OpenAIModelClient:
         tools: Sequence[Mapping[str, Any]],
     ) -> dict[str, Any]:
         return request_body(
-            self._settings, messages, images=images, tools=tools, schema_form=self._schema_form
+            self._settings,
+            messages,
+            images=images,
+            tools=tools,
+            schema_form=self._schema_form,
+            channels=self._channels,
         )
 
     def _refuses_schema_form(self, exc: openai.APIStatusError) -> bool:
@@ -388,6 +399,7 @@ def request_body(
     images: bool | None = None,
     tools: Sequence[Mapping[str, Any]] = (),
     schema_form: SchemaForm = "json_schema",
+    channels: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The JSON body of one chat-completions request, exactly as it is POSTed.
 
@@ -397,7 +409,8 @@ def request_body(
     sent only when there are some; no `tool_choice` is sent (the server's default,
     auto, is what a round wants, and some servers refuse the field). With
     `settings.output = "json_schema"` the body carries the decision's
-    `response_format` (see backthink.structured) in `schema_form`.
+    `response_format` (see backthink.structured) in `schema_form`, its channel
+    one of `channels` or auto when they are given.
     """
     send = settings.vision is not False if images is None else images
     body: dict[str, Any] = {"model": settings.name}
@@ -408,7 +421,7 @@ def request_body(
     body["messages"] = [_to_payload(message, images=send) for message in messages]
     body["max_tokens"] = settings.max_tokens
     if settings.output == "json_schema":
-        body["response_format"] = response_format(schema_form)
+        body["response_format"] = response_format(schema_form, channels=channels)
     return body
 
 

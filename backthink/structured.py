@@ -14,7 +14,7 @@ no push, and an unclear urgency or channel falls back as in the footer.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
@@ -74,19 +74,42 @@ DECISION_SCHEMA: Final[Mapping[str, Any]] = MappingProxyType(
 SchemaForm = Literal["json_schema", "json_object"]
 
 
-def response_format(form: SchemaForm = "json_schema") -> dict[str, Any]:
+# Characters of the thought in the llama.cpp form, whose grammar bounds string lengths:
+# a small model otherwise muses until max_tokens runs out and never closes the object.
+THOUGHT_MAX_CHARS: Final = 160
+
+
+def decision_schema(channels: Sequence[str] = (), *, bounded: bool = False) -> dict[str, Any]:
+    """The schema of the decision object, as plain JSON.
+
+    With `channels`, the channel field is one of them or `auto`, so a model
+    cannot ramble there. `bounded` caps the thought's length, for servers
+    whose grammar honours maxLength (OpenAI's strict mode does not take it).
+    """
+    schema: dict[str, Any] = json.loads(json.dumps(dict(DECISION_SCHEMA)))
+    if channels:
+        names = [*dict.fromkeys(name.lower() for name in channels if name != AUTO_CHANNEL)]
+        schema["properties"]["channel"]["enum"] = [*names, AUTO_CHANNEL]
+    if bounded:
+        schema["properties"]["thought"]["maxLength"] = THOUGHT_MAX_CHARS
+    return schema
+
+
+def response_format(
+    form: SchemaForm = "json_schema", *, channels: Sequence[str] = ()
+) -> dict[str, Any]:
     """The `response_format` entry of a json_schema request, as plain JSON.
 
     `json_schema` is the OpenAI form, which OpenAI, vLLM, Ollama and llama.cpp's
     own server read. `json_object` with a `schema` beside it is the older form
-    that llama.cpp's server also reads and llama-cpp-python's server reads only.
+    that llama.cpp's server also reads and llama-cpp-python's server reads only;
+    both turn it into a grammar, which bounds the thought's length too.
     """
-    schema = json.loads(json.dumps(dict(DECISION_SCHEMA)))
     if form == "json_object":
-        return {"type": "json_object", "schema": schema}
+        return {"type": "json_object", "schema": decision_schema(channels, bounded=True)}
     return {
         "type": "json_schema",
-        "json_schema": {"name": SCHEMA_NAME, "schema": schema, "strict": True},
+        "json_schema": {"name": SCHEMA_NAME, "schema": decision_schema(channels), "strict": True},
     }
 
 

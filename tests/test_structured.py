@@ -37,6 +37,7 @@ from backthink.prompts import PromptBook, render_prompt
 from backthink.structured import (
     DECISION_SCHEMA,
     FIELDS,
+    THOUGHT_MAX_CHARS,
     json_thought,
     parse_json_reply,
     response_format,
@@ -305,7 +306,9 @@ async def test_an_endpoint_that_reads_only_the_older_form_gets_it_from_then_on(
         await client.close()
     forms = [r.body["response_format"]["type"] for r in fake.chat_requests]
     assert forms == ["json_schema", "json_object", "json_object"]
-    assert fake.chat_requests[1].body["response_format"]["schema"] == dict(DECISION_SCHEMA)
+    older = fake.chat_requests[1].body["response_format"]["schema"]
+    assert older["required"] == list(FIELDS)
+    assert older["properties"]["thought"]["maxLength"] == THOUGHT_MAX_CHARS
     assert parse_json_reply(first.text).push and parse_json_reply(second.text).push
     assert any(n.startswith("response_format_fallback:") for n in first.notes)
     assert second.notes == []
@@ -323,3 +326,19 @@ async def test_a_footer_client_never_falls_back_on_an_unrelated_error(fake: Fake
     finally:
         await client.close()
     assert len(fake.chat_requests) == 1
+
+
+def test_the_channel_is_one_of_the_configured_ones_and_the_llama_form_bounds_the_thought() -> None:
+    """Channels become an enum with auto; only the llama.cpp form caps the thought's length."""
+    messages = [ModelMessage(role="user", text="hi")]
+    settings = ModelSettings(output="json_schema")
+    body = request_body(settings, messages, channels=["web", "Phone"])
+    schema = body["response_format"]["json_schema"]["schema"]
+    assert schema["properties"]["channel"]["enum"] == ["web", "phone", "auto"]
+    assert "maxLength" not in schema["properties"]["thought"]
+    older = request_body(settings, messages, channels=["web"], schema_form="json_object")
+    assert older["response_format"]["type"] == "json_object"
+    bounded = older["response_format"]["schema"]
+    assert bounded["properties"]["thought"]["maxLength"] == THOUGHT_MAX_CHARS
+    assert bounded["properties"]["channel"]["enum"] == ["web", "auto"]
+    assert bounded["required"] == list(FIELDS)
