@@ -10,6 +10,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from conftest import Workdir
 from fake_openai import Fail, FakeOpenAI
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -342,3 +343,21 @@ def test_the_channel_is_one_of_the_configured_ones_and_the_llama_form_bounds_the
     assert bounded["properties"]["thought"]["maxLength"] == THOUGHT_MAX_CHARS
     assert bounded["properties"]["channel"]["enum"] == ["web", "auto"]
     assert bounded["required"] == list(FIELDS)
+
+
+def test_think_in_json_mode_shows_and_sends_the_same_response_format(
+    workdir: Workdir, fake: FakeOpenAI
+) -> None:
+    """--dry-run names the response format; its body equals what a real json round POSTs."""
+    workdir.write_config('[model]\noutput = "json_schema"\n')
+    text = workdir.cli("think", "--dry-run").stdout
+    assert "response_format: json_schema backthink_decision (strict)" in text
+    shown = json.loads(workdir.cli("think", "--dry-run", "--json").stdout)
+    fake.script(obj(decision="no_push", body=""))
+    result = workdir.think_json()
+    assert (result["outcome"], result["reason"]) == ("suppressed", "no_push")
+    (request,) = fake.chat_requests
+    assert request.body["response_format"] == shown["response_format"]
+    schema = shown["response_format"]["json_schema"]["schema"]
+    assert schema["properties"]["channel"]["enum"] == ["web", "auto"]
+    assert "tools" not in request.body and "tools" not in shown
