@@ -76,7 +76,7 @@ SchemaForm = Literal["json_schema", "json_object"]
 
 # Characters of the thought in the llama.cpp form, whose grammar bounds string lengths:
 # a small model otherwise muses until max_tokens runs out and never closes the object.
-THOUGHT_MAX_CHARS: Final = 160
+THOUGHT_MAX_CHARS: Final = 100
 
 
 def decision_schema(channels: Sequence[str] = (), *, bounded: bool = False) -> dict[str, Any]:
@@ -134,7 +134,9 @@ def _read_object(text: str) -> tuple[dict[str, str] | None, list[str]]:
     if not visible:
         return None, [*problems, EMPTY_REPLY]
     try:
-        data = json.loads(visible, object_pairs_hook=_no_duplicates)
+        # strict=False lets a raw line break stand inside a string: llama.cpp-family
+        # grammars allow it, and it cannot change which field holds what.
+        data = json.loads(visible, object_pairs_hook=_no_duplicates, strict=False)
     except _DuplicateKeyError:
         return None, [*problems, DUPLICATE_FIELD]
     except ValueError:

@@ -81,6 +81,10 @@ def obj(**fields: Any) -> str:
             id="reasoning_block",
         ),
         pytest.param(obj(decision="PUSH "), True, R, None, "明早十点的组会别忘了。", [], id="case"),
+        pytest.param(
+            obj(thought="想\n一想").replace("\\n", "\n"), True, R, None, "明早十点的组会别忘了。",
+            [], id="raw_line_break_in_a_string",
+        ),
         pytest.param("", False, R, None, "", [EMPTY_REPLY], id="empty"),
         pytest.param('{"thought": "x", "decision": "pu', False, R, None, "", [INVALID_JSON],
                      id="truncated"),
