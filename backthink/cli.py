@@ -541,14 +541,14 @@ def eval_cmd(
     repeat: Annotated[int, typer.Option("--repeat", min=1, max=100, help="Runs per scenario.")] = 1,
 ) -> None:
     """Score the companion's judgment on scenarios, in isolation: no database, no channels."""
-    from backthink.eval import Evaluation, run_eval
+    from backthink.eval import Evaluation, config_owner_settings, run_eval
     from backthink.figures import render_table
     from backthink.model_client import OpenAIModelClient
     from backthink.scenarios import load_scenarios
 
     c: Context = ctx.obj
-    settings = c.settings()
-    owner_id = c.owner_id(settings)
+    settings = config_owner_settings(c.settings(), c.owner)
+    owner_id = settings.owner.id
     try:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:

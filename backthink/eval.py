@@ -19,9 +19,11 @@ from typing import Any
 
 from backthink.app import build_app, read_persona_prompt
 from backthink.config import ChannelSettings, Settings, WebChannelSettings
+from backthink.errors import InputError
 from backthink.figures import RunResult, report
 from backthink.footer import UNREADABLE
 from backthink.models import Message, Outcome, RoundRecord, StateProblem, StateReading
+from backthink.owners import config_owners, owner_settings
 from backthink.ports import Channel, ModelClient
 from backthink.scenarios import Loaded
 from backthink.state import parse_state
@@ -50,6 +52,31 @@ class ScenarioState:
         if self._raw is None:
             return StateReading(problem=StateProblem.NOT_CONFIGURED)
         return parse_state(self._raw, at=at, max_age=self._max_age, fallback_time=self._written)
+
+
+def config_owner_settings(settings: Settings, wanted: str | None) -> Settings:
+    """The settings of the owner to evaluate for: one the config file names.
+
+    An owner added with `backthink owners add` lives in the database, which an
+    evaluation never opens; name the owner in the config file to evaluate it.
+
+    Raises:
+        InputError: the owner is not in the config file, or several are and none is named.
+    """
+    named = {owner.id: owner for owner in config_owners(settings)}
+    if wanted is None:
+        if settings.owner.id in named:
+            wanted = settings.owner.id
+        elif len(named) == 1:
+            wanted = next(iter(named))
+        else:
+            raise InputError(f"several owners: pass --owner (one of {', '.join(sorted(named))})")
+    if wanted not in named:
+        raise InputError(
+            f"eval runs for an owner of the config file, and {wanted!r} is not one "
+            "(eval never opens the database)"
+        )
+    return owner_settings(settings, named[wanted])
 
 
 def eval_settings(settings: Settings, loaded: Loaded) -> Settings:
@@ -102,14 +129,19 @@ async def run_eval(
     """Run every scenario `repeat` times, one after another, each on a fresh app.
 
     Runs go one at a time: a local server answers one request at a time anyway,
-    and a scripted endpoint answers in order.
+    and a scripted endpoint answers in order. The persona prompt is read once
+    per language (without a file of its own, the shipped persona speaks the
+    scenario's language).
     """
-    persona = read_persona_prompt(settings)
+    personas: dict[str, str] = {}
     results: list[RunResult] = []
     for loaded in scenarios:
+        lang = loaded.scenario.lang
+        if lang not in personas:
+            personas[lang] = read_persona_prompt(eval_settings(settings, loaded))
         for run in range(1, repeat + 1):
             record = await run_scenario(
-                settings, loaded, model=model, owner_id=owner_id, persona_prompt=persona
+                settings, loaded, model=model, owner_id=owner_id, persona_prompt=personas[lang]
             )
             results.append(result_of(loaded, run, record, settings))
     return Evaluation(results, len(scenarios), model.model_name, settings.model.output)

@@ -45,7 +45,7 @@ from backthink.structured import (
 )
 from backthink.testing import FakeClock, MemoryMessageStore, ScriptedModel, make_rig, seed_history
 
-PROMPTS = Path(__file__).resolve().parent.parent / "config/prompts"
+PROMPTS = Path(__file__).resolve().parent.parent / "backthink/prompts"
 T0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)  # 10:00 in Shanghai
 R, W, C = Urgency.ROUTINE, Urgency.WARNING, Urgency.CRITICAL
 URGENCY_RANK = {R: 0, W: 1, C: 2}

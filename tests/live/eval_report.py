@@ -52,7 +52,6 @@ timezone = "Asia/Shanghai"
 [persona]
 id = "cyrene"
 name = "昔涟"
-prompt_file = "{ROOT / "config/persona.md"}"
 
 [model]
 base_url = "{base_url}"
@@ -66,7 +65,7 @@ output = "{output}"
 url = "sqlite+aiosqlite:///{folder / "never-used.db"}"
 
 [prompt]
-dir = "{ROOT / "config/prompts"}"
+dir = "{ROOT / "backthink/prompts"}"
 
 [gate]
 quiet_hours = "23:00-07:00"
