@@ -243,7 +243,7 @@ def _model_from(settings: Settings) -> OpenAIModelClient | None:
     from backthink.model_client import OpenAIModelClient
 
     try:
-        return OpenAIModelClient(settings.model)
+        return OpenAIModelClient(settings.model, channels=list(settings.channels))
     except ModelNotConfiguredError:
         return None
 

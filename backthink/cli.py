@@ -170,7 +170,9 @@ def think(
 
                 request = await a.thinker.prepare(owner_id, trigger)
                 tools = await a.thinker.offered_tools(owner_id)
-                return request_body(settings.model, request.messages, tools=tools)
+                return request_body(
+                    settings.model, request.messages, tools=tools, channels=list(settings.channels)
+                )
             return await a.thinker.run_round(owner_id, trigger)
 
     result = _run(go())
@@ -204,6 +206,9 @@ def _print_request(body: dict[str, Any], *, has_key: bool) -> None:
     typer.echo(f"Authorization: Bearer {'<redacted>' if has_key else '(no key)'}")
     typer.echo(f"model: {body['model']}")
     typer.echo(f"max_tokens: {body['max_tokens']}")
+    if "response_format" in body:
+        schema = body["response_format"]["json_schema"]
+        typer.echo(f"response_format: json_schema {schema['name']} (strict)")
     for tool in body.get("tools", []):
         function = tool["function"]
         typer.echo(f"tool: {function['name']}: {function['description']}")
@@ -524,6 +529,48 @@ def _tool_count(record: RoundRecord) -> str:
         return "-"
     failed = sum(1 for use in record.tools if not use.ok)
     return f"{len(record.tools)} ({failed} failed)" if failed else str(len(record.tools))
+
+
+@app.command("eval")
+def eval_cmd(
+    ctx: typer.Context,
+    file: Annotated[
+        Path, typer.Argument(help="Scenarios, JSON Lines (e.g. eval/scenarios.jsonl).")
+    ],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, max=100, help="Runs per scenario.")] = 1,
+) -> None:
+    """Score the companion's judgment on scenarios, in isolation: no database, no channels."""
+    from backthink.eval import Evaluation, config_owner_settings, run_eval
+    from backthink.figures import render_table
+    from backthink.model_client import OpenAIModelClient
+    from backthink.scenarios import load_scenarios
+
+    c: Context = ctx.obj
+    settings = config_owner_settings(c.settings(), c.owner)
+    owner_id = settings.owner.id
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{file}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    loaded = load_scenarios(text.splitlines(), source=str(file), owner_tz=settings.owner.tz)
+    for problem in loaded.problems:
+        typer.echo(f"backthink: {problem}", err=True)
+    if not loaded.scenarios:
+        raise InputError(f"{file}: no valid scenario to run")
+
+    async def go() -> Evaluation:
+        async with OpenAIModelClient(settings.model, channels=list(settings.channels)) as model:
+            return await run_eval(
+                settings, loaded.scenarios, model=model, owner_id=owner_id, repeat=repeat
+            )
+
+    evaluation = _run(go())
+    data = evaluation.to_json(invalid=loaded.problems)
+    if as_json:
+        _print_json(data)
+    else:
+        typer.echo(render_table(data, evaluation.results))
 
 
 @app.command()

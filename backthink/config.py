@@ -185,6 +185,9 @@ class ModelSettings(_Section):
     # Whether owners' images are sent: "auto" sends them until the endpoint refuses
     # image input, then sends a text placeholder for the life of the process.
     vision: Literal["auto"] | bool = "auto"
+    # How the model writes its decision: the footer protocol (the default), or one
+    # JSON object the endpoint constrains with a response_format schema.
+    output: Literal["footer", "json_schema"] = "footer"
 
     @field_validator("base_url")
     @classmethod

@@ -62,11 +62,30 @@ CHANNEL_UNCLEAR: Final = "channel_unclear"
 UNCLOSED_THINK: Final = "unclosed_think"
 ECHOED_FOOTER: Final = "echoed_footer"
 ECHOED_PROMPT: Final = "echoed_prompt"
+# A reply asked for as one JSON object (model.output = "json_schema") that is not one.
+INVALID_JSON: Final = "invalid_json"
+NOT_AN_OBJECT: Final = "not_an_object"
+MISSING_FIELD: Final = "missing_field"
+UNKNOWN_FIELD: Final = "unknown_field"
+DUPLICATE_FIELD: Final = "duplicate_field"
+WRONG_TYPE: Final = "wrong_type"
 
-# Reason codes of a suppressed round, as listed in the design's outcome table.
-_PARSE_FAILURES: Final = frozenset(
-    {NO_DECISION, CONFLICTING_DECISIONS, EMPTY_REPLY, ECHOED_FOOTER, ECHOED_PROMPT}
+# Problems that mean the decision itself could not be read.
+UNREADABLE: Final = frozenset(
+    {
+        NO_DECISION,
+        CONFLICTING_DECISIONS,
+        EMPTY_REPLY,
+        INVALID_JSON,
+        NOT_AN_OBJECT,
+        MISSING_FIELD,
+        UNKNOWN_FIELD,
+        DUPLICATE_FIELD,
+        WRONG_TYPE,
+    }
 )
+# Reason codes of a suppressed round, as listed in the design's outcome table.
+_PARSE_FAILURES: Final = UNREADABLE | {ECHOED_FOOTER, ECHOED_PROMPT}
 
 DEFAULT_MAX_BODY_CHARS: Final = 600  # characters
 
@@ -184,6 +203,38 @@ def has_tags(text: str) -> bool:
     return bool(_tags_in(text))
 
 
+def strip_reasoning(text: str) -> tuple[str, bool]:
+    """The reply without its reasoning blocks, and whether one was left open."""
+    return _strip_thinking(text.replace("\r\n", "\n").replace("\r", "\n"))
+
+
+def reasoning_blocks(text: str) -> list[str]:
+    """The texts of a reply's reasoning blocks, in order."""
+    _, thinking, _ = _split_thinking(text.replace("\r\n", "\n").replace("\r", "\n"))
+    return thinking
+
+
+def says_nothing(text: str) -> bool:
+    """Whether a text is empty or only a one-word "nothing" (无, none, n/a)."""
+    return _says_nothing(text)
+
+
+def plausible_channel(value: str) -> bool:
+    """Whether a written channel value can name a channel (or is `auto`)."""
+    return _plausible_channel(value)
+
+
+def fold_thought(text: str, *, max_chars: int) -> str:
+    """A thought as the journal keeps it: tags removed, whitespace folded, the start cut.
+
+    A thought ends with what it concluded, so past `max_chars` the beginning goes.
+    """
+    thought = " ".join(without_tags(text).split())
+    if max_chars <= 0:
+        return ""
+    return thought if len(thought) <= max_chars else "…" + thought[len(thought) - max_chars + 1 :]
+
+
 def _strip_thinking(text: str) -> tuple[str, bool]:
     """Drop reasoning blocks; report whether one was left open."""
     visible, _, unclosed = _split_thinking(text)
@@ -240,10 +291,7 @@ def private_thought(text: str, *, max_chars: int) -> str:
     lines = _FENCE_LINE.sub("", visible).split("\n")
     start = _footer_start(lines)
     before = lines if start is None else lines[:start]
-    thought = " ".join(without_tags(" ".join([*thinking, *before])).split())
-    if max_chars <= 0:
-        return ""
-    return thought if len(thought) <= max_chars else "…" + thought[len(thought) - max_chars + 1 :]
+    return fold_thought(" ".join([*thinking, *before]), max_chars=max_chars)
 
 
 class ReplyParts(NamedTuple):

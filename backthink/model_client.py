@@ -24,6 +24,7 @@ from backthink.errors import (
 )
 from backthink.models import ModelMessage, ModelReply, ToolCall
 from backthink.redact import redact_urls
+from backthink.structured import SchemaForm, response_format
 
 PLACEHOLDER_API_KEY = "not-needed"
 """Sent when no key is configured: local servers (llama.cpp, Ollama, vLLM) ignore it,
@@ -56,6 +57,12 @@ _IMAGE_REFUSAL = re.compile(
 # support tools"), strict schemas (422, "unknown field `tools`").
 TOOL_REFUSAL_STATUSES = frozenset({400, 404, 422, 500, 501})
 _TOOL_REFUSAL = re.compile(r"\btools?\b|tool[ _-]?choice|function[ _-]?call", re.IGNORECASE)
+# How servers that read only the older `{"type": "json_object", "schema": ...}` form
+# refuse the OpenAI one: llama-cpp-python (422, "response_format.type: Input should be
+# 'text' or 'json_object'"), older llama.cpp builds (500, "response_format type must be
+# one of \"text\" or \"json_object\""). Only these statuses, and only with such words.
+SCHEMA_REFUSAL_STATUSES = frozenset({400, 422, 500})
+_SCHEMA_REFUSAL = re.compile(r"response_format|json_schema|json_object", re.IGNORECASE)
 
 
 class _Lenient(BaseModel):
@@ -111,8 +118,9 @@ _T = TypeVar("_T", bound=_Lenient)
 class OpenAIModelClient:
     """A ModelClient backed by `openai.AsyncOpenAI`; SDK objects never leave this class.
 
-    The request carries `model`, `messages` and `max_tokens` and nothing else, because
-    some local servers reject parameters they do not know. Replies are read from the raw
+    The request carries `model`, `messages` and `max_tokens` (plus `tools` when offered,
+    `response_format` in json_schema mode) and nothing else, because some local servers
+    reject parameters they do not know. Replies are read from the raw
     JSON body into small lenient models, so a server that bends the schema (extra
     fields, a missing `usage`) still works and one that breaks it fails with a clear
     ModelError instead of a half-built SDK object.
@@ -123,7 +131,11 @@ class OpenAIModelClient:
     """
 
     def __init__(
-        self, settings: ModelSettings, *, config_location: str = DEFAULT_CONFIG_LOCATION
+        self,
+        settings: ModelSettings,
+        *,
+        config_location: str = DEFAULT_CONFIG_LOCATION,
+        channels: Sequence[str] = (),
     ) -> None:
         """Build the SDK client; no request is sent yet.
 
@@ -131,6 +143,7 @@ class OpenAIModelClient:
             settings: the [model] section of the configuration.
             config_location: where the configuration lives, named in the error when
                 no endpoint is configured.
+            channels: the configured channel names, which a json_schema reply may name.
 
         Raises:
             ModelNotConfiguredError: `settings.base_url` is not set.
@@ -152,8 +165,11 @@ class OpenAIModelClient:
             max_retries=settings.max_retries,
         )
         self._closed = False
+        self._channels = list(channels)
         # Learned once per client: the endpoint refused image input (vision = "auto").
         self._image_refusal: str | None = None
+        # Learned once per client: the endpoint reads only the older schema form.
+        self._schema_form: SchemaForm = "json_schema"
 
     @property
     def model_name(self) -> str:
@@ -182,24 +198,33 @@ class OpenAIModelClient:
             notes.append(_withheld(images, f"{self._image_refusal} earlier"))
         with self._translate_errors(messages):
             try:
-                body = await self._post(
-                    request_body(self._settings, messages, images=send_images, tools=tools)
-                )
+                body = await self._post(self._body(messages, images=send_images, tools=tools))
             except openai.APIStatusError as exc:
                 if tools and _refuses_tools(exc):
                     raise ToolsRefusedError(
                         f"the endpoint refused tool definitions (HTTP {exc.status_code})"
                     ) from None
-                if not (images and send_images and self._settings.vision == "auto"):
+                retry_images = send_images
+                if self._refuses_schema_form(exc):
+                    # Asked once more in the older form; a refusal of that one is an error.
+                    self._schema_form = "json_object"
+                    log.warning("model.schema_form_refused", status=exc.status_code)
+                    notes.append(
+                        "response_format_fallback: the endpoint refused the json_schema form "
+                        f"(HTTP {exc.status_code}); json_object with a schema from now on"
+                    )
+                elif images and send_images and self._settings.vision == "auto":
+                    if not _refuses_images(exc):
+                        raise
+                    self._image_refusal = (
+                        f"the endpoint refused image input (HTTP {exc.status_code})"
+                    )
+                    log.warning("model.images_refused", status=exc.status_code)
+                    notes.append(_withheld(images, f"{self._image_refusal}; retried without"))
+                    retry_images = False
+                else:
                     raise
-                if not _refuses_images(exc):
-                    raise
-                self._image_refusal = f"the endpoint refused image input (HTTP {exc.status_code})"
-                log.warning("model.images_refused", status=exc.status_code)
-                notes.append(_withheld(images, f"{self._image_refusal}; retried without"))
-                body = await self._post(
-                    request_body(self._settings, messages, images=False, tools=tools)
-                )
+                body = await self._post(self._body(messages, images=retry_images, tools=tools))
         latency_ms = (time.perf_counter() - started) * 1000
         completion = _parse(_Completion, body)
         if not completion.choices:
@@ -220,6 +245,30 @@ class OpenAIModelClient:
             latency_ms=latency_ms,
             notes=notes,
         )
+
+    def _body(
+        self,
+        messages: Sequence[ModelMessage],
+        *,
+        images: bool,
+        tools: Sequence[Mapping[str, Any]],
+    ) -> dict[str, Any]:
+        return request_body(
+            self._settings,
+            messages,
+            images=images,
+            tools=tools,
+            schema_form=self._schema_form,
+            channels=self._channels,
+        )
+
+    def _refuses_schema_form(self, exc: openai.APIStatusError) -> bool:
+        """Whether an error answer refuses the OpenAI response_format form this client sent."""
+        if self._settings.output != "json_schema" or self._schema_form != "json_schema":
+            return False
+        if exc.status_code not in SCHEMA_REFUSAL_STATUSES:
+            return False
+        return bool(_SCHEMA_REFUSAL.search(_error_detail(exc.body) or exc.message))
 
     @property
     def sends_images(self) -> bool:
@@ -349,6 +398,8 @@ def request_body(
     *,
     images: bool | None = None,
     tools: Sequence[Mapping[str, Any]] = (),
+    schema_form: SchemaForm = "json_schema",
+    channels: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The JSON body of one chat-completions request, exactly as it is POSTed.
 
@@ -356,7 +407,10 @@ def request_body(
     alone (a new client, which has learned nothing yet). Without them, a message's
     image becomes `IMAGE_PLACEHOLDER` on a line after its text. `tools` are
     sent only when there are some; no `tool_choice` is sent (the server's default,
-    auto, is what a round wants, and some servers refuse the field).
+    auto, is what a round wants, and some servers refuse the field). With
+    `settings.output = "json_schema"` the body carries the decision's
+    `response_format` (see backthink.structured) in `schema_form`, its channel
+    one of `channels` or auto when they are given.
     """
     send = settings.vision is not False if images is None else images
     body: dict[str, Any] = {"model": settings.name}
@@ -366,6 +420,8 @@ def request_body(
         body["tools"] = [dict(tool) for tool in tools]
     body["messages"] = [_to_payload(message, images=send) for message in messages]
     body["max_tokens"] = settings.max_tokens
+    if settings.output == "json_schema":
+        body["response_format"] = response_format(schema_form, channels=channels)
     return body
 
 

@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo
 
 from backthink.attribution import Language
 from backthink.errors import ConfigError
+from backthink.footer import has_tags
 from backthink.models import RoundState, Trigger
 
 TEMPLATE_NAMES = ("guidance", "startup")
@@ -77,6 +78,49 @@ _LABELS: dict[str, dict[str, str]] = {
 }
 
 
+# In json_schema mode the reply is one JSON object instead of the footer; this takes
+# the place of the template's footer paragraph (its last one, the one with the tags).
+_JSON_INSTRUCTION = {
+    "zh": (
+        "最后只回答一个 JSON 对象，不要别的：不写结尾标记行，不加代码块，对象前后不写任何文字。"
+        "它的字段依次是：\n"
+        '"thought"：你自己的思考，一两句话，永远不会发给TA\n'
+        '"decision"："push" 或 "no_push"\n'
+        '"channel"：{channels} 之一（auto 时会发到TA最近活跃的那个渠道，永远只发一个渠道）\n'
+        '"urgency"："routine"、"warning" 或 "critical"（只有必须立刻告诉TA、'
+        "哪怕TA在休息也要打扰的事才写 critical，普通的关心写 routine）\n"
+        '"body"：你要对TA说的话，一到两句；不推送时写 ""。只有 body 会发给TA。'
+    ),
+    "en": (
+        "Then answer with one JSON object and nothing else: no footer lines, no code fence, "
+        "no text around it. Its fields, in this order:\n"
+        '"thought": your own thinking, a sentence or two; it is never sent\n'
+        '"decision": "push" or "no_push"\n'
+        '"channel": one of {channels} (with auto, the message goes to the one channel they '
+        "used most recently, never to several)\n"
+        '"urgency": "routine", "warning" or "critical" (critical only for something they must '
+        'know at once, even while resting; "routine" for ordinary care)\n'
+        '"body": what you want to say to them, one or two sentences; "" when you do not push. '
+        "Only the body is ever sent."
+    ),
+}
+
+
+def with_json_instruction(text: str, *, language: Language, channels: str) -> str:
+    """Swap a rendered template's footer paragraph for the JSON answer instruction.
+
+    The footer paragraph is the last one, when it shows footer tags; a custom
+    template without one gets the instruction added at its end instead.
+    """
+    instruction = _JSON_INSTRUCTION[language].format(channels=channels)
+    head, sep, last = text.rpartition("\n\n")
+    if sep and has_tags(last):
+        return f"{head}\n\n{instruction}"
+    if not sep and has_tags(text):
+        return instruction
+    return f"{text}\n\n{instruction}"
+
+
 @dataclass(frozen=True)
 class PromptBook:
     """The two instruction templates of one language, loaded from the prompt folder."""
@@ -127,6 +171,7 @@ def render_prompt(
     persona_name: str,
     owner_name: str,
     memory: str = "",
+    output: str = "footer",
 ) -> str:
     """Render the instruction prompt of one round.
 
@@ -141,14 +186,17 @@ def render_prompt(
         owner_name: display name of the owner.
         memory: the rendered memory block (recalled items and journal), or "";
             it goes between the template and the trigger line.
+        output: `footer` keeps the template as written; `json_schema` asks for the
+            JSON object in place of its footer paragraph.
     """
     labels = _LABELS[book.language]
     template = book.startup if is_startup(trigger) else book.guidance
+    names = "|".join([*channels, "auto"])
     body = template.safe_substitute(
-        persona_name=persona_name,
-        owner_name=owner_name,
-        channels="|".join([*channels, "auto"]),
+        persona_name=persona_name, owner_name=owner_name, channels=names
     )
+    if output == "json_schema":
+        body = with_json_instruction(body, language=book.language, channels=names)
     local = at.astimezone(tz)
     tail = [
         labels["trigger"].format(describe_trigger(trigger, book.language)),

@@ -118,6 +118,7 @@ class RequestBuilder:
             persona_name=s.persona.name or s.persona.id,
             owner_name=owner_display_name(s.owner.name, s.prompt.language),
             memory=shown.text,
+            output=s.model.output,
         )
         notes.extend(memory.notes)
         if self._persona_note is not None:

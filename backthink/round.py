@@ -24,7 +24,7 @@ from backthink.config import Settings
 from backthink.delivery import Dispatcher, Handoff
 from backthink.echo import reject_echo, reject_prompt_echo
 from backthink.errors import ModelError, StoreError, ToolsRefusedError
-from backthink.footer import parse_footer, private_thought, suppression_reason
+from backthink.footer import suppression_reason
 from backthink.journal import MemoryBlock, journal_share
 from backthink.models import (
     Memory,
@@ -48,6 +48,7 @@ from backthink.record import (
 )
 from backthink.request import Request, RequestBuilder
 from backthink.state import FUTURE_SKEW
+from backthink.structured import parse_reply, reply_thought
 from backthink.tools import Tool, ToolBox
 from backthink.tools.builtin import RoundContext, builtin_tools
 from backthink.tools.loop import LoopResult, Stop, run_tool_loop
@@ -135,6 +136,11 @@ class Thinker:
 
     def _tools_on(self) -> bool:
         t = self._settings.tools
+        # A json_schema round offers no tools: its one reply is constrained to the
+        # decision object, which leaves no room for a tool call, and the small
+        # models that need the constraint seldom use tools well anyway.
+        if self._settings.model.output == "json_schema":
+            return False
         return t.enabled and t.max_steps > 0 and t.max_calls > 0
 
     async def run_round(
@@ -239,7 +245,9 @@ class Thinker:
             stopped = Reason.TOOL_LIMIT if asked.stop is Stop.TOOL_LIMIT else Reason.OWNER_ACTIVE
             return Ending(Outcome.SUPPRESSED, stopped, reply=reply, notes=notes, tools=asked.uses)
 
-        decision = parse_footer(reply.text, max_body_chars=g.max_body_chars)
+        decision = parse_reply(
+            reply.text, output=self._settings.model.output, max_body_chars=g.max_body_chars
+        )
         decision = reject_echo(decision, [*request.untrusted(), *asked.results])
         decision = reject_prompt_echo(decision, request.prompt)
         notes.extend(decision.problems)
@@ -432,7 +440,9 @@ class Thinker:
         m = self._settings.memory
         if self._memories is None:
             return
-        text = private_thought(reply.text, max_chars=m.thought_chars)
+        text = reply_thought(
+            reply.text, output=self._settings.model.output, max_chars=m.thought_chars
+        )
         if not text:
             return
         try:

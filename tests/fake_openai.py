@@ -53,6 +53,8 @@ STARTUP_TIMEOUT_S = 10.0  # seconds to wait for the server to accept connections
 SHUTDOWN_TIMEOUT_S = 5.0  # seconds to wait for the server thread to finish
 STARTED_POLL_S = 0.005  # seconds between checks of uvicorn's `started` flag
 CHARS_PER_TOKEN = 4  # a rough count is enough for usage figures
+# What llama-cpp-python's server answers for a response_format type it does not read.
+SCHEMA_FORM_MESSAGE = "body.response_format.type: Input should be 'text' or 'json_object'"
 # What llama.cpp's server answers when it runs a model without a vision projector.
 TEXT_ONLY_MESSAGE = (
     "image input is not supported - hint: if this is unexpected, you may need to provide the mmproj"
@@ -150,6 +152,7 @@ class _State:
     fail_status: int = 500
     fail_retry_after_s: float | None = RETRY_NOW_S
     image_refusal: int | None = None
+    schema_refusal: int | None = None
 
 
 def item_from_json(value: Any) -> ScriptItem:
@@ -333,6 +336,20 @@ class FakeOpenAI:
         with self._state.lock:
             self._state.image_refusal = status
 
+    @property
+    def schema_refusal(self) -> int | None:
+        """None takes every response_format; a status refuses ``{"type": "json_schema"}`` with it.
+
+        The message is what llama-cpp-python's server answers: it reads only
+        ``{"type": "json_object", "schema": ...}``, until `reset()`.
+        """
+        return self._state.schema_refusal
+
+    @schema_refusal.setter
+    def schema_refusal(self, status: int | None) -> None:
+        with self._state.lock:
+            self._state.schema_refusal = status
+
     def fail_next(
         self, count: int, status: int = 500, *, retry_after_s: float | None = RETRY_NOW_S
     ) -> None:
@@ -366,6 +383,7 @@ class FakeOpenAI:
             self._state.requests.clear()
             self._state.fail_count = 0
             self._state.image_refusal = None
+            self._state.schema_refusal = None
             self._state.default_reply, self._state.models_endpoint = self._initial
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -487,6 +505,14 @@ class FakeOpenAI:
         refusal = self._state.image_refusal
         if refusal is not None and _has_image(recorded.body):
             return _error(refusal, {}, TEXT_ONLY_MESSAGE)
+        schema_refusal = self._state.schema_refusal
+        response_format = recorded.body.get("response_format")
+        if (
+            schema_refusal is not None
+            and isinstance(response_format, dict)
+            and response_format.get("type") == "json_schema"
+        ):
+            return _error(schema_refusal, {}, SCHEMA_FORM_MESSAGE)
         with self._state.lock:
             item: ScriptItem = (
                 self._state.queue.popleft()

@@ -60,6 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="K",
         help="after the tests pass, run K report rounds (0: no report)",
     )
+    parser.add_argument(
+        "--no-eval",
+        dest="eval",
+        action="store_false",
+        help="skip `backthink eval` on the shipped scenarios in both output modes",
+    )
     parser.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = parser.parse_args(argv)
 
@@ -92,6 +98,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             report += ["--dir", str(LOG_DIR / "report")]
             print(f"live: report over {args.report} rounds", flush=True)
             code = run_child(report, env)
+        if code == 0 and args.eval:
+            evaluate = [sys.executable, str(Path(__file__).with_name("eval_report.py"))]
+            evaluate += ["--base-url", base_url, "--model", MODEL_ALIAS]
+            evaluate += ["--dir", str(LOG_DIR / "eval")]
+            print(
+                "live: backthink eval on the shipped scenarios, footer and json_schema", flush=True
+            )
+            code = run_child(evaluate, env)
     except (StopRequestedError, KeyboardInterrupt):
         print("live: interrupted", file=sys.stderr)
         code = 130
