@@ -135,6 +135,8 @@ def parse_request(line: bytes, owners: Sequence[str]) -> tuple[str, str] | str:
         return BAD_REQUEST
     if not isinstance(request, dict) or not isinstance(request.get("trigger"), str):
         return BAD_REQUEST
+    if not owners:
+        return "no owner is enabled"
     owner = request.get("owner_id") or owners[0]
     if not isinstance(owner, str):
         return "owner_id must be a string"
@@ -163,6 +165,8 @@ def parse_status_request(line: bytes, owners: Sequence[str]) -> StatusRequest | 
         return None
     if not isinstance(request, dict) or request.get("status") is not True:
         return None
+    if not owners:
+        return "no owner is enabled"
     owner = request.get("owner_id") or owners[0]
     if not isinstance(owner, str):
         return "owner_id must be a string"

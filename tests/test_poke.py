@@ -124,3 +124,9 @@ def test_an_unknown_owner_on_the_command_line_is_a_usage_error(
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr == "backthink: unknown owner 'nobody-here' (owners: o)\n"
     assert json.loads(workdir.cli("rounds", "--json").stdout) == []
+
+
+def test_a_daemon_with_no_enabled_owner_refuses_pokes_in_words() -> None:
+    """Every owner disabled: a poke or a status request is refused, never a crash."""
+    assert poke.parse_request(b'{"trigger": "hi"}', []) == "no owner is enabled"
+    assert poke.parse_status_request(b'{"status": true}', []) == "no owner is enabled"
