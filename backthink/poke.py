@@ -143,11 +143,17 @@ def parse_request(line: bytes, owners: Sequence[str]) -> tuple[str, str] | str:
     if owner not in owners:
         return f"unknown owner {owner[:64]!r}"
     trigger = request["trigger"].strip()
-    if not trigger:
+    problem = trigger_problem(trigger)
+    return (owner, trigger) if problem is None else problem
+
+
+def trigger_problem(trigger: str) -> str | None:
+    """Why a poke's trigger text is refused (empty, too long), or None when it may run."""
+    if not trigger.strip():
         return "the trigger text is empty"
     if len(trigger) > MAX_TRIGGER_CHARS:
         return f"the trigger is longer than {MAX_TRIGGER_CHARS} characters"
-    return owner, trigger
+    return None
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo
 from backthink.attribution import Language
 from backthink.errors import ConfigError
 from backthink.footer import has_tags
+from backthink.journal import inert
 from backthink.models import RoundState, Trigger
 
 TEMPLATE_NAMES = ("guidance", "startup")
@@ -32,6 +33,7 @@ MAX_NOTES = 5
 STATE_KEY_CHARS = 40  # characters of a device fact's name
 STATE_TEXT_CHARS = 200  # characters of a fact's value, a schedule title or a note
 TRIGGER_CHARS = 500  # characters of a free-text trigger (a poke's text)
+OWNER_NAME_CHARS = 40  # characters of the owner's name
 
 _WEEKDAYS = {
     "zh": ("周一", "周二", "周三", "周四", "周五", "周六", "周日"),
@@ -151,8 +153,12 @@ class PromptBook:
 
 
 def owner_display_name(name: str, language: Language) -> str:
-    """How prompts name the owner: the configured name, else a plain word of the language."""
-    return name or ("主人" if language == "zh" else "your owner")
+    """How prompts name the owner: their name, else a plain word of the language.
+
+    The name may come from the owner table, which other programs write too:
+    it is shown as one inert line of at most OWNER_NAME_CHARS characters.
+    """
+    return inert(name, OWNER_NAME_CHARS) or ("主人" if language == "zh" else "your owner")
 
 
 def is_startup(trigger: str) -> bool:

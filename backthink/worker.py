@@ -41,7 +41,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlmodel import col
 
 from backthink.config import Settings
-from backthink.errors import BackthinkError, ConfigError
+from backthink.errors import BackthinkError, ConfigError, InputError
 from backthink.models import Owner, RoundRecord, Trigger
 from backthink.owners import owner_settings
 from backthink.schedule import next_heartbeat
@@ -407,7 +407,12 @@ async def poke_queued(
         BackthinkError: no worker recorded the round in time (it stays queued).
     """
     from backthink.app import open_fleet
+    from backthink.poke import trigger_problem
 
+    trigger = trigger.strip()
+    problem = trigger_problem(trigger)
+    if problem is not None:
+        raise InputError(problem)
     async with open_fleet(settings, model=None) as fleet:
         owner = owner_id or await fleet.default_owner()
         await fleet.owner(owner)

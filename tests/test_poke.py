@@ -130,3 +130,13 @@ def test_a_daemon_with_no_enabled_owner_refuses_pokes_in_words() -> None:
     """Every owner disabled: a poke or a status request is refused, never a crash."""
     assert poke.parse_request(b'{"trigger": "hi"}', []) == "no owner is enabled"
     assert poke.parse_status_request(b'{"status": true}', []) == "no owner is enabled"
+
+
+def test_a_queued_poke_refuses_the_triggers_the_socket_refuses() -> None:
+    """The workers' poke (no daemon, PostgreSQL) checks its text as the daemon's socket does."""
+    from backthink.worker import poke_queued
+
+    settings = Settings.model_validate({"database": {"url": "postgresql://nobody@127.0.0.1:9/x"}})
+    for text, problem in [("  ", "empty"), ("x" * (poke.MAX_TRIGGER_CHARS + 1), "longer")]:
+        with pytest.raises(BackthinkError, match=problem):
+            asyncio.run(poke_queued(settings, None, text, timeout_s=1))
