@@ -26,7 +26,6 @@ from backthink.app import MODEL_MISSING_HINT, open_fleet, settle_heap
 from backthink.config import Settings
 from backthink.errors import BackthinkError
 from backthink.models import Owner, RoundRecord, Trigger
-from backthink.owners import owner_settings
 from backthink.schedule import HeartbeatTrigger
 from backthink.systemd import Notifier
 
@@ -149,7 +148,7 @@ class Daemon:
             if owner_id in self._scheduled:
                 continue
             try:
-                settings = owner_settings(self._settings, owner)
+                settings = self._fleet.settings_for(owner)
             except BackthinkError as exc:
                 log.warning("daemon.owner_unscheduled", owner_id=owner_id, error=str(exc))
                 continue

@@ -71,6 +71,7 @@ class Fleet:
         self._outbox = outbox
         self._wire = wire
         self._apps: OrderedDict[str, _Wired] = OrderedDict()
+        self._settings: dict[str, tuple[Owner, Settings]] = {}
         self._books: dict[tuple[Path | Traversable, Language], PromptBook] = {}
         self._personas: dict[tuple[Path | None, str, str], str] = {}
 
@@ -144,8 +145,21 @@ class Fleet:
         wired = self._apps.get(owner_id)
         return wired.app if wired is not None else None
 
-    def _build(self, owner: Owner) -> App:
+    def settings_for(self, owner: Owner) -> Settings:
+        """The owner's settings (`owners.owner_settings`), worked out once per version of its row.
+
+        Raises:
+            ConfigError: the owner's settings cannot work.
+        """
+        known = self._settings.get(owner.id)
+        if known is not None and known[0] == owner:
+            return known[1]
         settings = owner_settings(self.settings, owner)
+        self._settings[owner.id] = (owner, settings)
+        return settings
+
+    def _build(self, owner: Owner) -> App:
+        settings = self.settings_for(owner)
         key = (settings.prompt.dir or prompt_templates(), settings.prompt.language)
         book = self._books.get(key)
         if book is None:

@@ -37,13 +37,12 @@ import structlog
 from procrastinate import jobs
 from sqlalchemy import or_, select, text, update
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlmodel import col
 
 from backthink.config import Settings
 from backthink.errors import BackthinkError, ConfigError, InputError
 from backthink.models import Owner, RoundRecord, Trigger
-from backthink.owners import owner_settings
 from backthink.schedule import next_heartbeat
 from backthink.store.owners import MOVE_DUE, to_owner
 from backthink.store.tables import OwnerRow
@@ -110,19 +109,14 @@ class Queue:
         self.fleet = fleet
         self.engine = engine
         self.app = app
-        self._schedules: dict[str, tuple[Owner, Settings]] = {}
 
     def _settings_of(self, owner: Owner) -> Settings:
-        known = self._schedules.get(owner.id)
-        if known is not None and known[0] == owner:
-            return known[1]
+        """The owner's schedule settings; the global ones for an owner whose settings fail."""
         try:
-            settings = owner_settings(self.fleet.settings, owner)
+            return self.fleet.settings_for(owner)
         except ConfigError as exc:
             log.warning("worker.owner_settings_invalid", owner_id=owner.id, error=str(exc))
-            settings = self.fleet.settings
-        self._schedules[owner.id] = (owner, settings)
-        return settings
+            return self.fleet.settings
 
     def next_due(self, owner: Owner, due: datetime, at: datetime) -> datetime:
         """The owner's heartbeat after `due`, along its own quiet hours; never at or before `at`."""
@@ -143,11 +137,11 @@ class Queue:
 
         return at + self._settings_of(owner).schedule.heartbeat * phase(owner.id)
 
-    def _rounds(self, owner_id: str) -> Any:
+    def _rounds(self, owner_id: str) -> jobs.JobDeferrer:
         """A deferrer of round jobs under the owner's lock."""
         return self.app.tasks[ROUND_TASK].configure(lock=f"owner:{owner_id}", queue=ROUND_QUEUE)
 
-    def _job(self, owner_id: str, trigger: str, key: str, due: datetime | None) -> Any:
+    def _job(self, owner_id: str, trigger: str, key: str, due: datetime | None) -> jobs.Job:
         deferrer = self._rounds(owner_id)
         scheduled = due.astimezone(UTC).isoformat() if due is not None else None
         return deferrer.make_new_job(
@@ -177,7 +171,8 @@ class Queue:
         )
         async with self.engine.connect() as conn, conn.begin():
             rows = (await conn.execute(query)).mappings().all()
-            moves, jobs = [], []
+            moves: list[dict[str, Any]] = []
+            queued: list[jobs.Job] = []
             for row in rows:
                 owner = to_owner(row)
                 due = row["next_due_at"]
@@ -186,17 +181,21 @@ class Queue:
                     continue
                 moves.append({"owner": owner.id, "due": self.next_due(owner, due, when)})
                 key = f"hb:{owner.id}:{due.astimezone(UTC).isoformat()}"
-                jobs.append(self._job(owner.id, Trigger.HEARTBEAT.value, key, due))
+                queued.append(self._job(owner.id, Trigger.HEARTBEAT.value, key, due))
             if moves:
                 await conn.execute(MOVE_DUE, moves)
-            if jobs:
-                raw = await conn.get_raw_connection()
-                await self.app.job_manager.batch_defer_jobs_async(
-                    jobs, connection=raw.driver_connection
-                )
-        if jobs:
-            log.info("worker.swept", deferred=len(jobs))
+            await self._defer(conn, queued)
+        if queued:
+            log.info("worker.swept", deferred=len(queued))
         return len(rows)
+
+    async def _defer(self, conn: AsyncConnection, queued: list[jobs.Job]) -> None:
+        """Queue jobs in one INSERT on `conn`: they commit with its transaction, or not at all."""
+        if queued:
+            raw = await conn.get_raw_connection()
+            await self.app.job_manager.batch_defer_jobs_async(
+                queued, connection=raw.driver_connection
+            )
 
     async def greet(self, at: datetime) -> int:
         """Defer the startup greeting of every owner not greeted within the cooldown.
@@ -222,15 +221,11 @@ class Queue:
         )
         async with self.engine.connect() as conn, conn.begin():
             owners = [row[0] for row in await conn.execute(claim)]
-            jobs = [
+            queued = [
                 self._job(o, Trigger.STARTUP.value, f"greet:{o}:{when.isoformat()}", None)
                 for o in owners
             ]
-            if jobs:
-                raw = await conn.get_raw_connection()
-                await self.app.job_manager.batch_defer_jobs_async(
-                    jobs, connection=raw.driver_connection
-                )
+            await self._defer(conn, queued)
         log.info("worker.greetings", owners=len(owners))
         return len(owners)
 
