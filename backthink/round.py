@@ -169,12 +169,12 @@ class Thinker:
                 self._in_flight.add(owner_id)
                 # What the round has learned so far, so a round cut off still says it.
                 progress = Ending(Outcome.FAILED, Reason.INTERRUPTED)
-                if slot is not None:
-                    progress.notes.append(slot)
                 try:
                     ending = await self._think(start, progress)
                 except asyncio.CancelledError:
                     progress.notes.append(INTERRUPTED_NOTE)
+                    if slot is not None:
+                        progress.notes.insert(0, slot)
                     await self._recorder.save(
                         round_record(start, progress, finished=self._clock.now())
                     )
@@ -191,7 +191,7 @@ class Thinker:
                 # record, however it ended.
                 ending.tools = ending.tools or progress.tools
                 ending.recalled = ending.recalled or progress.recalled
-            if slot is not None and slot not in ending.notes:
+            if slot is not None:
                 ending.notes.insert(0, slot)
             record = round_record(start, ending, finished=self._clock.now())
             await self._recorder.save(record)
