@@ -20,7 +20,7 @@ from backthink.cli_setup import init_cmd, service_app
 from backthink.config import Settings, load_settings, resolve_config_path
 from backthink.errors import BackthinkError, InputError
 from backthink.models import Memory, MemoryKind, Outcome, Owner, RoundRecord
-from backthink.owners_cli import owners_app
+from backthink.owners_cli import owner_tables, owners_app
 from backthink.redact import redact_urls
 
 T = TypeVar("T")
@@ -83,12 +83,9 @@ class Context:
 
 
 async def _stored_owner(settings: Settings, wanted: str | None) -> Owner:
-    from backthink.app import SystemClock
-    from backthink.owners import config_owners, find_owner
-    from backthink.store import open_database
+    from backthink.owners import find_owner
 
-    async with open_database(settings.database) as store:
-        await store.owners.sync_config(config_owners(settings), at=SystemClock().now())
+    async with owner_tables(settings) as store:
         return await find_owner(store.owners, settings, wanted)
 
 

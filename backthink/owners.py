@@ -25,7 +25,7 @@ from backthink.config import (
     Settings,
     StateSettings,
 )
-from backthink.errors import ConfigError
+from backthink.errors import ConfigError, InputError
 from backthink.models import Owner
 from backthink.ports import OwnerStore
 
@@ -71,8 +71,6 @@ async def find_owner(store: OwnerStore, settings: Settings, wanted: str | None) 
     Raises:
         InputError: no owner has that id, or there are several and none is named.
     """
-    from backthink.errors import InputError
-
     if wanted is not None:
         owner = await store.get(wanted)
         if owner is not None:
@@ -171,8 +169,6 @@ def set_key(owner: Owner, key: str, value: str) -> Owner:
     Raises:
         InputError: the key is not one an owner has, or the value is not valid for it.
     """
-    from backthink.errors import InputError
-
     parts = key.split(".")
     if parts[0] in SETTABLE and len(parts) == 1:
         field = parts[0]
@@ -208,8 +204,6 @@ def set_key(owner: Owner, key: str, value: str) -> Owner:
 
 
 def _boolean(value: str, key: str) -> bool:
-    from backthink.errors import InputError
-
     text = value.strip().lower()
     if text in {"true", "yes", "on", "1"}:
         return True

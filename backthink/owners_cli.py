@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import typer
@@ -30,17 +31,24 @@ owners_app = typer.Typer(
 )
 
 
-def _with_store(ctx: typer.Context, fn: Callable[[SqlStores, Settings], Awaitable[T]]) -> T:
-    """Open the database, write the config file's owners in, and run `fn` on it."""
+@asynccontextmanager
+async def owner_tables(settings: Settings) -> AsyncIterator[SqlStores]:
+    """The open database, with the config file's owners written into its owner table."""
     from backthink.app import SystemClock
     from backthink.owners import config_owners
     from backthink.store import open_database
 
+    async with open_database(settings.database) as store:
+        await store.owners.sync_config(config_owners(settings), at=SystemClock().now())
+        yield store
+
+
+def _with_store(ctx: typer.Context, fn: Callable[[SqlStores, Settings], Awaitable[T]]) -> T:
+    """Open the database, write the config file's owners in, and run `fn` on it."""
     settings: Settings = ctx.obj.settings()
 
     async def go() -> T:
-        async with open_database(settings.database) as store:
-            await store.owners.sync_config(config_owners(settings), at=SystemClock().now())
+        async with owner_tables(settings) as store:
             return await fn(store, settings)
 
     return asyncio.run(go())
