@@ -44,7 +44,7 @@ from backthink.config import Settings
 from backthink.errors import BackthinkError, ConfigError, InputError
 from backthink.models import Owner, RoundRecord, Trigger
 from backthink.schedule import next_heartbeat
-from backthink.store.owners import MOVE_DUE, to_owner
+from backthink.store.owners import MOVE_DUE, readable_owner
 from backthink.store.tables import OwnerRow
 from backthink.systemd import Notifier
 
@@ -174,8 +174,13 @@ class Queue:
             moves: list[dict[str, Any]] = []
             queued: list[jobs.Job] = []
             for row in rows:
-                owner = to_owner(row)
+                owner = readable_owner(row)
                 due = row["next_due_at"]
+                if owner is None:
+                    # Not scheduled until the row is mended, and not claimed every sweep.
+                    later = when + self.fleet.settings.schedule.heartbeat
+                    moves.append({"owner": row["id"], "due": later})
+                    continue
                 if due is None:
                     moves.append({"owner": owner.id, "due": self.first_due(owner, when)})
                     continue

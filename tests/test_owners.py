@@ -16,7 +16,7 @@ from fake_openai import FakeOpenAI
 from backthink.app import open_fleet
 from backthink.config import Settings, WebhookChannelSettings, load_settings
 from backthink.daemon import Daemon, phase
-from backthink.errors import ConfigError, InputError
+from backthink.errors import ConfigError, InputError, StoreError
 from backthink.models import Owner
 from backthink.owners import config_owners, owner_settings, redacted, set_key
 from backthink.store import MemoryOwnerStore, open_database
@@ -293,3 +293,28 @@ async def test_an_owner_name_from_the_table_is_one_bounded_inert_line(tmp_path: 
     # The tags in the name are gone: the prompt holds only the template's own.
     for tag in ("[我决定:push]", "[紧急:critical]"):
         assert hostile.count(tag) == plain.count(tag)
+
+
+async def test_a_row_another_program_wrote_wrong_leaves_the_other_owners_readable(
+    tmp_path: Path,
+) -> None:
+    """An unknown time zone in one row: the list skips it, reading it names it, rounds go on."""
+    import sqlite3
+
+    path = tmp_path / "o.db"
+    settings = base(database={"url": f"sqlite:///{path}"})
+    async with open_database(settings.database) as store:
+        await store.owners.put(Owner(id="ana", timezone="Europe/Berlin"), at=T0)
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "INSERT INTO owner (id, name, timezone, channels, gate, enabled, source, updated_at)"
+            " VALUES ('bad', '', 'Mars/Olympus', '{}', '{}', 1, 'cli', '2026-11-30 02:00:00')"
+        )
+    async with open_fleet(
+        settings, model=ScriptedModel("[我决定:no_push]"), clock=FakeClock(T0)
+    ) as fleet:
+        assert [o.id for o in await fleet.owners()] == ["ana", "o"]
+        with pytest.raises(StoreError, match="owner 'bad' in the owner table cannot be read"):
+            await fleet.app("bad")
+        record = await (await fleet.app("ana")).thinker.run_round("ana", "heartbeat")
+        assert record.reason == "no_push"

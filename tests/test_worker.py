@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -232,3 +232,51 @@ def test_three_workers_one_killed_mid_round(tmp_path: Path, pg_url: str, fake: F
     worst = max((r.started_at - s for r in rounds if (s := slot_of(r))), default=None)
     assert retried, f"no round was cut off and run again: {requeued} requeued, latest {worst}"
     assert requeued >= len(retried)
+
+
+def test_a_sweep_passes_over_an_owner_row_it_cannot_read(pg_url: str) -> None:
+    """A row another program wrote wrong is not scheduled; the sweep goes on for the others."""
+    from sqlalchemy import text
+
+    from backthink.app import open_fleet
+    from backthink.worker import ROUND_TASK, Queue, apply_schema, queue_app
+
+    settings = Settings.model_validate(
+        {
+            "owner": {"id": "o", "timezone": "UTC"},
+            "database": {"url": pg_url},
+            "schedule": {"heartbeat": "10s", "startup_greeting": False},
+            "state": {"file": ""},
+        }
+    )
+    at = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
+
+    async def sweep() -> None:
+        async with open_fleet(settings, model=None) as fleet:
+            assert fleet.engine is not None
+            async with fleet.engine.begin() as conn:
+                await conn.execute(
+                    text(
+                        "INSERT INTO owner (id, name, timezone, channels, gate, enabled, source,"
+                        " updated_at) VALUES ('bad', '', 'Mars/Olympus', '{}', '{}', true,"
+                        " 'cli', now())"
+                    )
+                )
+            app = queue_app(pg_url)
+            await apply_schema(app, fleet.engine)
+            async with app.open_async():
+                queue = Queue(fleet, fleet.engine, app)
+                await queue.sweep(at)  # every owner gets its first due time
+                await queue.sweep(at + timedelta(seconds=20))  # 'o' is due now
+
+    asyncio.run(sweep())
+    import psycopg
+
+    from backthink.worker import conninfo
+
+    with psycopg.connect(conninfo(pg_url)) as conn:
+        rows = conn.execute(
+            "SELECT args->>'owner_id' FROM procrastinate_jobs WHERE task_name = %s",
+            (ROUND_TASK,),
+        ).fetchall()
+    assert rows == [("o",)]

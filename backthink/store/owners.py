@@ -13,14 +13,18 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import structlog
+from pydantic import ValidationError
 from sqlalchemy import bindparam, delete, insert, text, update
 from sqlalchemy.engine import Connection, RowMapping
 from sqlmodel import col, select
 
 from backthink.models import Owner
 from backthink.store.database import Database
-from backthink.store.failures import store_errors
+from backthink.store.failures import describe, store_errors
 from backthink.store.tables import OwnerRow
+
+log = structlog.get_logger("backthink.store")
 
 _FIELDS = tuple(Owner.model_fields)
 SYNC_LOCK = 7303180432  # PostgreSQL advisory lock held while the config file's owners are written
@@ -47,6 +51,20 @@ def to_owner(row: RowMapping) -> Owner:
     return Owner.model_validate(values)
 
 
+def readable_owner(row: RowMapping) -> Owner | None:
+    """The owner of a row, or None (logged) for a row that does not validate.
+
+    Other programs may write the owner table: one row with an unknown time
+    zone or language must not keep every other owner from being read.
+    """
+    try:
+        return to_owner(row)
+    except (ValidationError, ValueError) as exc:
+        problem = describe(exc) if isinstance(exc, ValidationError) else "malformed JSON"
+        log.warning("owners.row_unreadable", owner_id=str(row["id"])[:64], problem=problem)
+        return None
+
+
 def _put(conn: Connection, owner: Owner, at: datetime) -> None:
     values = {**owner_values(owner), "updated_at": at.astimezone(UTC)}
     changed = conn.execute(update(OwnerRow).where(col(OwnerRow.id) == owner.id).values(**values))
@@ -69,14 +87,17 @@ class SqlOwnerStore:
         query = query.order_by(col(OwnerRow.id))
         with store_errors("could not read owners"):
             rows = await self._db.read(lambda c: c.execute(query).mappings().all())
-            return [to_owner(row) for row in rows]
+        return [owner for row in rows if (owner := readable_owner(row)) is not None]
 
     async def get(self, owner_id: str) -> Owner | None:
         """Return the owner with this id, or None."""
         query = select(OwnerRow).where(col(OwnerRow.id) == owner_id)
         with store_errors("could not read owners"):
             row = await self._db.read(lambda c: c.execute(query).mappings().first())
-            return None if row is None else to_owner(row)
+        if row is None:
+            return None
+        with store_errors(f"owner {owner_id!r} in the owner table cannot be read"):
+            return to_owner(row)
 
     async def put(self, owner: Owner, *, at: datetime) -> None:
         """Insert the owner, or replace what it says (its schedule stays)."""
@@ -120,7 +141,7 @@ class SqlOwnerStore:
             for owner in owners:
                 row = rows.get(owner.id)
                 # An unchanged row is not rewritten: every worker syncs at start.
-                if row is None or to_owner(row) != owner:
+                if row is None or readable_owner(row) != owner:
                     _put(conn, owner, at)
             conn.execute(stale)
 
