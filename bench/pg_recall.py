@@ -41,7 +41,7 @@ from common import (
     print_figures,
     write_figures,
 )
-from recall import COLD_EVERY, FACTS, MENTIONED, WINDOW, Measured, Planted, _conversation, _rate
+from recall import FACTS, MENTIONED, WINDOW, Measured, Planted, _conversation, _rate, measure_round
 
 sys.path.insert(0, str(TESTS))
 from pgserver import PgServer, PgUnavailableError, start_server  # tests/ joins the path above
@@ -132,31 +132,7 @@ async def _measure(server: PgServer, url: str, planted: Planted, rounds: int) ->
                 (OWNER, role, text, PERSONA_ID if role == "assistant" else None, at),
             )
             said.append(fact)
-            window = await messages.recent(OWNER, WINDOW)
-            started = time.perf_counter()
-            found = await store.recall(OWNER, window, limit=5, max_chars=1200)
-            took = (time.perf_counter() - started) * 1000
-            started = time.perf_counter()
-            again = await store.recall(OWNER, window, limit=5, max_chars=1200)
-            idle = (time.perf_counter() - started) * 1000
-            assert again == found, "an idle round must recall exactly what the last one did"
-            if i < WINDOW:
-                continue
-            out.warm.append(took)
-            out.cached.append(idle)
-            if i % COLD_EVERY == 0:
-                fresh = SqlMemoryStore(database)
-                started = time.perf_counter()
-                await fresh.recall(OWNER, window, limit=5, max_chars=1200)
-                out.cold.append((time.perf_counter() - started) * 1000)
-            recalled = {(r.kind, r.id) for r in found}
-            mentioned = {f for f in said[-MENTIONED:] if f is not None}
-            if mentioned:
-                out.mention_windows += 1
-                out.hits += any(recalled & planted.rows(f) for f in mentioned)
-            elif not any(f is not None for f in said[-WINDOW:]):
-                out.quiet_windows += 1
-                out.false_recalls += bool(found)
+            await measure_round(i, database, messages, store, said, planted, out)
     finally:
         await chat.close()
         await database.dispose()

@@ -33,6 +33,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from common import (
     OWNER,
@@ -271,6 +272,49 @@ def _conversation(rounds: int, rng: random.Random) -> list[tuple[str, str, int |
     return lines
 
 
+async def measure_round(
+    i: int,
+    database: Any,
+    messages: Any,
+    store: Any,
+    said: list[int | None],
+    planted: Planted,
+    out: Measured,
+) -> None:
+    """Time one round's recall by the newest window, and its idle repeat; tally hits.
+
+    The first WINDOW rounds only warm the counts up. Every COLD_EVERY-th round
+    also times a new store's first recall (`database` is the store's Database).
+    """
+    from backthink.store import SqlMemoryStore
+
+    window = await messages.recent(OWNER, WINDOW)
+    started = time.perf_counter()
+    found = await store.recall(OWNER, window, limit=5, max_chars=1200)
+    took = (time.perf_counter() - started) * 1000
+    started = time.perf_counter()
+    again = await store.recall(OWNER, window, limit=5, max_chars=1200)
+    idle = (time.perf_counter() - started) * 1000
+    assert again == found, "an idle round must recall exactly what the last one did"
+    if i < WINDOW:
+        return
+    out.warm.append(took)
+    out.cached.append(idle)
+    if i % COLD_EVERY == 0:
+        fresh = SqlMemoryStore(database)
+        started = time.perf_counter()
+        await fresh.recall(OWNER, window, limit=5, max_chars=1200)
+        out.cold.append((time.perf_counter() - started) * 1000)
+    recalled = {(r.kind, r.id) for r in found}
+    mentioned = {f for f in said[-MENTIONED:] if f is not None}
+    if mentioned:
+        out.mention_windows += 1
+        out.hits += any(recalled & planted.rows(f) for f in mentioned)
+    elif not any(f is not None for f in said[-WINDOW:]):
+        out.quiet_windows += 1
+        out.false_recalls += bool(found)
+
+
 async def _measure(db: Path, planted: Planted, rounds: int) -> Measured:
     """Run the conversation; time each round's recall, then its idle repeat."""
     from backthink.store import SqlMemoryStore, SqlMessageStore, open_store
@@ -294,31 +338,7 @@ async def _measure(db: Path, planted: Planted, rounds: int) -> Measured:
                  at.strftime(SQLITE_STAMP)),
             )  # fmt: skip
             said.append(fact)
-            window = await messages.recent(OWNER, WINDOW)
-            started = time.perf_counter()
-            found = await store.recall(OWNER, window, limit=5, max_chars=1200)
-            took = (time.perf_counter() - started) * 1000
-            started = time.perf_counter()
-            again = await store.recall(OWNER, window, limit=5, max_chars=1200)
-            idle = (time.perf_counter() - started) * 1000
-            assert again == found, "an idle round must recall exactly what the last one did"
-            if i < WINDOW:
-                continue
-            out.warm.append(took)
-            out.cached.append(idle)
-            if i % COLD_EVERY == 0:
-                fresh = SqlMemoryStore(database)
-                started = time.perf_counter()
-                await fresh.recall(OWNER, window, limit=5, max_chars=1200)
-                out.cold.append((time.perf_counter() - started) * 1000)
-            recalled = {(r.kind, r.id) for r in found}
-            mentioned = {f for f in said[-MENTIONED:] if f is not None}
-            if mentioned:
-                out.mention_windows += 1
-                out.hits += any(recalled & planted.rows(f) for f in mentioned)
-            elif not any(f is not None for f in said[-WINDOW:]):
-                out.quiet_windows += 1
-                out.false_recalls += bool(found)
+            await measure_round(i, database, messages, store, said, planted, out)
     finally:
         chat.close()
         await database.dispose()
