@@ -1,5 +1,5 @@
 """`python -m backthink` runs the command line."""
 
-from backthink.cli import main
+from backthink.cli.root import main
 
 main()

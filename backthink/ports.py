@@ -14,20 +14,22 @@ from typing import Any, Protocol
 
 from backthink.models import (
     MAIN_SESSION,
-    Delivery,
-    DeliveryStatus,
     Memory,
     MemoryKind,
     Message,
-    ModelMessage,
-    ModelReply,
-    OutgoingMessage,
     Owner,
     OwnerActivity,
     Recalled,
-    RoundRecord,
     SessionView,
     StateReading,
+)
+from backthink.records import (
+    Delivery,
+    DeliveryStatus,
+    ModelMessage,
+    ModelReply,
+    OutgoingMessage,
+    RoundRecord,
 )
 
 

@@ -15,22 +15,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from backthink.app import build_app
 from backthink.config import Settings
-from backthink.delivery import Dispatcher
+from backthink.delivery.dispatcher import Dispatcher
 from backthink.errors import DeliveryError, ModelError
-from backthink.models import (
-    Message,
-    ModelMessage,
-    ModelReply,
-    OutgoingMessage,
-    RoundState,
-    StateReading,
-    ToolCall,
-)
+from backthink.host.app import build_app
+from backthink.models import Message, RoundState, StateReading
 from backthink.ports import Channel, MemoryStore, MessageStore, ModelClient
-from backthink.round import Thinker
-from backthink.store.memory import MemoryMessageStore, MemoryOutbox, MemoryRoundStore
+from backthink.records import ModelMessage, ModelReply, OutgoingMessage, ToolCall
+from backthink.round.thinker import Thinker
+from backthink.store.volatile import MemoryMessageStore, MemoryOutbox, MemoryRoundStore
 from backthink.tools import Tool
 
 __all__ = [

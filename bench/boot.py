@@ -214,7 +214,7 @@ def run(*, quick: bool, rebuild: bool) -> list[Figure]:
                 )
             )
     if med >= TARGET_S:
-        for module in ("backthink.cli", "backthink.daemon"):
+        for module in ("backthink.cli.root", "backthink.host.daemon"):
             print(f"\n  python -X importtime -c 'import {module}': costliest packages")
             for ms, name, parent in import_offenders(module):
                 print(f"    {ms:8.1f} ms  {name:<24} imported by {parent}")

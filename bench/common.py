@@ -359,7 +359,7 @@ def toml_config(doc: dict[str, Any]) -> str:
 
 def quiet_logs() -> None:
     """Render the daemon's JSON log lines as in production, but into /dev/null."""
-    from backthink import logs
+    from backthink.host import logs
 
     sink = open(os.devnull, "w", encoding="utf-8")  # open for the process
     logs.configure(stream=sink, json=True, level="info")

@@ -103,9 +103,10 @@ async def _drive(scenario: Scenario, base_url: str, db: Path, state: Path) -> di
         JobSubmissionEvent,
     )
 
-    from backthink.app import open_fleet, settle_heap
     from backthink.config import Settings
-    from backthink.daemon import Daemon, build_scheduler
+    from backthink.host.app import settle_heap
+    from backthink.host.daemon import Daemon, build_scheduler
+    from backthink.host.fleet import open_fleet
     from backthink.models import Outcome, Owner
     from backthink.store import open_database
 

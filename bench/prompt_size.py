@@ -115,9 +115,9 @@ def _full_recall_store() -> type:
     typical window recalls one or two items; the bench measures the most the block
     can ever cost, with the planted facts (and the memories) as the recalled texts.
     """
+    from backthink.memory.recall import ITEM_CHARS
     from backthink.models import Recalled
-    from backthink.recall import ITEM_CHARS
-    from backthink.store.memory import MemoryMemoryStore
+    from backthink.store.volatile import MemoryMemoryStore
 
     class Full(MemoryMemoryStore):
         async def recall(self, owner_id: str, window: Any, **bounds: Any) -> list[Recalled]:
@@ -245,11 +245,11 @@ async def _two_heartbeats(base_url: str, work: Path, *, memory: bool) -> list[in
 
     from common import message_text
 
-    from backthink.app import build_app
     from backthink.config import Settings
-    from backthink.model_client import OpenAIModelClient
+    from backthink.host.app import build_app
+    from backthink.model.client import OpenAIModelClient
     from backthink.models import Memory, MemoryKind, Message
-    from backthink.store.memory import MemoryMemoryStore
+    from backthink.store.volatile import MemoryMemoryStore
     from backthink.testing import FakeClock, MemoryMessageStore
 
     full_recall = _full_recall_store()

@@ -58,8 +58,9 @@ async def _measure(
     With `breakdown`, every store and model call is timed and the means printed;
     with `profile`, the measured rounds run under cProfile and its top list is printed.
     """
-    from backthink.app import open_app, settle_heap
     from backthink.config import Settings
+    from backthink.host.app import settle_heap
+    from backthink.host.fleet import open_app
 
     settings = Settings.model_validate(settings_doc(base_url=base_url, db=db, state=state))
     overheads: list[float] = []

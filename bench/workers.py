@@ -102,8 +102,8 @@ def _build(url: str, load: Load, start: datetime) -> None:
     import psycopg
 
     from backthink.config import DatabaseSettings
+    from backthink.host.worker import conninfo
     from backthink.store import open_database
-    from backthink.worker import conninfo
 
     async def migrate() -> None:
         async with open_database(DatabaseSettings(url=url)):
@@ -142,8 +142,8 @@ def _postgres_cpu(server: PgServer) -> float:
 def _rounds(url: str) -> list[tuple[datetime, datetime, datetime | None, str]]:
     import psycopg
 
-    from backthink.round import SLOT_NOTE
-    from backthink.worker import conninfo
+    from backthink.host.worker import conninfo
+    from backthink.round.thinker import SLOT_NOTE
 
     with psycopg.connect(conninfo(url)) as conn:
         rows = conn.execute("SELECT started_at, finished_at, notes, outcome FROM round").fetchall()

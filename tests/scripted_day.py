@@ -15,19 +15,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from backthink.app import build_app
 from backthink.config import Settings
 from backthink.errors import ModelError, ModelTimeoutError, StoreError
-from backthink.models import (
-    Availability,
-    Message,
-    ModelMessage,
-    ModelReply,
-    OwnerActivity,
-    RoundRecord,
-    RoundState,
-)
-from backthink.round import Thinker
+from backthink.host.app import build_app
+from backthink.models import Availability, Message, OwnerActivity, RoundState
+from backthink.records import ModelMessage, ModelReply, RoundRecord
+from backthink.round.thinker import Thinker
 from backthink.store import SqlMessageStore, SqlOutbox, open_store
 from backthink.testing import FakeClock, RecordingChannel, ScriptedModel, StaticState, no_sleep
 

@@ -7,9 +7,11 @@ from datetime import UTC, datetime
 from hypothesis import given
 from hypothesis import strategies as st
 
-from backthink.attribution import ROLE_CONTEXT_MARKER, SPEAKER_SWITCH_MARKER, speaker_label
-from backthink.context import conversation, to_model_role
-from backthink.models import Message, ModelMessage
+from backthink.models import Message
+from backthink.protocol import ROLE_CONTEXT_MARKER, SPEAKER_SWITCH_MARKER
+from backthink.records import ModelMessage
+from backthink.round.attribution import speaker_label
+from backthink.round.context import conversation, to_model_role
 
 T0 = datetime(2026, 11, 30, tzinfo=UTC)
 

@@ -11,7 +11,8 @@ from conftest import Workdir
 from fake_openai import FakeOpenAI
 
 from backthink.config import Settings
-from backthink.models import ModelMessage, RoundState, ScheduleItem
+from backthink.models import RoundState, ScheduleItem
+from backthink.records import ModelMessage
 from backthink.testing import (
     FakeClock,
     MemoryMessageStore,

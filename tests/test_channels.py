@@ -27,22 +27,23 @@ import pytest
 from pydantic import SecretStr, TypeAdapter
 from webhook_receiver import Respond, WebhookReceiver
 
-from backthink.channels import (
-    AppriseChannel,
-    WebhookChannel,
-    build_channels,
-    sign,
-    verify,
-)
-from backthink.channels.webhook import network_error
 from backthink.config import (
     AppriseChannelSettings,
     ChannelSettings,
     WebChannelSettings,
     WebhookChannelSettings,
 )
+from backthink.delivery.channels import (
+    AppriseChannel,
+    WebhookChannel,
+    build_channels,
+    sign,
+    verify,
+)
+from backthink.delivery.channels.webhook import network_error
 from backthink.errors import ConfigError, DeliveryError
-from backthink.models import OutgoingMessage, Urgency
+from backthink.models import Urgency
+from backthink.records import OutgoingMessage
 
 ROOT = Path(__file__).resolve().parent.parent
 AWAIT_TIMEOUT_S = 5.0  # seconds any single await in these tests may take
@@ -488,7 +489,7 @@ def test_apprise_is_imported_only_when_an_apprise_channel_is_built() -> None:
     """Building web and webhook channels never imports apprise (it is slow to import)."""
     code = (
         "import sys\n"
-        "from backthink.channels import build_channels\n"
+        "from backthink.delivery.channels import build_channels\n"
         "from backthink.config import WebChannelSettings, WebhookChannelSettings\n"
         "build_channels({'web': WebChannelSettings(),"
         " 'hook': WebhookChannelSettings(type='webhook', url='http://127.0.0.1:9/')})\n"

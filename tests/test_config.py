@@ -22,7 +22,7 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPat
     monkeypatch.setenv("HOME", str(home))
     for name in ("XDG_CONFIG_HOME", "XDG_STATE_HOME", "STATE_DIRECTORY"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr("backthink.paths.SYSTEM_CONFIG", home / "etc/backthink.toml")
+    monkeypatch.setattr("backthink.config.paths.SYSTEM_CONFIG", home / "etc/backthink.toml")
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -12,7 +12,7 @@ from conftest import DaemonProcess, Workdir
 from fake_openai import FakeOpenAI
 from webhook_receiver import WebhookReceiver
 
-from backthink.channels import verify
+from backthink.delivery.channels import verify
 
 SECRET = "hook-secret-abcdef"
 PUSH = "先想一想。\n[我决定:push]\n[紧急:warning]\n组会加油，你准备得很充分了。"

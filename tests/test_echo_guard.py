@@ -9,8 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from backthink.echo import reject_echo
-from backthink.footer import ECHOED_FOOTER, parse_footer, suppression_reason
+from backthink.decision.echo import reject_echo
+from backthink.decision.failsafe import ECHOED_FOOTER, suppression_reason
+from backthink.decision.footer import parse_footer
 from backthink.models import Urgency
 
 PROMPTS = Path(__file__).resolve().parent.parent / "backthink/prompts"

@@ -14,9 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from webhook_receiver import WebhookReceiver
 
-from backthink.figures import RunResult, percentile, rates, ratio, report, verdict
+from backthink.evaluation.figures import RunResult, percentile, rates, ratio, report, verdict
+from backthink.evaluation.scenarios import load_scenarios
 from backthink.models import Urgency
-from backthink.scenarios import load_scenarios
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "eval/scenarios.jsonl"

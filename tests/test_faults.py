@@ -20,11 +20,11 @@ from conftest import DaemonProcess, Workdir
 from fake_openai import EmptyChoices, Fail, FakeOpenAI, Malformed, NullContent, Reply
 from webhook_receiver import Respond, WebhookReceiver
 
-from backthink.app import open_app
-from backthink.attribution import ROLE_CONTEXT_MARKER, SPEAKER_SWITCH_MARKER
 from backthink.config import Settings
+from backthink.host.fleet import open_app
+from backthink.host.poke import poke
 from backthink.models import Message, Outcome
-from backthink.poke import poke
+from backthink.protocol import ROLE_CONTEXT_MARKER, SPEAKER_SWITCH_MARKER
 from backthink.testing import proactive_messages
 
 ROOT = Path(__file__).resolve().parent.parent

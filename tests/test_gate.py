@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backthink.config import GateSettings, QuietHours
-from backthink.gate import (
+from backthink.decision.gate import (
     GateHistory,
     Verdict,
     choose_channel,
@@ -23,8 +23,8 @@ from backthink.gate import (
     owner_active,
     pre_gate,
 )
+from backthink.decision.quiet import in_quiet_hours
 from backthink.models import Availability, Decision, Outcome, PastPush, RoundState, Urgency
-from backthink.quiet import in_quiet_hours
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 NEW_YORK = ZoneInfo("America/New_York")
@@ -1010,7 +1010,7 @@ def test_a_range_and_its_complement_split_every_instant(
 
 def test_symbol_only_bodies_are_not_all_duplicates() -> None:
     """Bodies of only emoji or punctuation keep their identity."""
-    from backthink.gate import normalize_body
+    from backthink.decision.gate import normalize_body
 
     assert normalize_body("😊") != normalize_body("!!!")
     assert normalize_body("😊 ") == normalize_body("😊")

@@ -9,7 +9,12 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from backthink.errors import InputError
-from backthink.importer import IMPORT_MAX_CHARS, IMPORT_MAX_IMAGE_CHARS, parse_jsonl, parse_one
+from backthink.store.importing import (
+    IMPORT_MAX_CHARS,
+    IMPORT_MAX_IMAGE_CHARS,
+    parse_jsonl,
+    parse_one,
+)
 
 NOW = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)  # 12:00 in Shanghai
 SHANGHAI = ZoneInfo("Asia/Shanghai")

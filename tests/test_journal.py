@@ -11,16 +11,24 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from backthink.config import Settings
+from backthink.decision.inert import inert
+from backthink.decision.reply import read_reply
+from backthink.decision.tags import has_tags
 from backthink.errors import StoreError
-from backthink.footer import has_tags, private_thought
-from backthink.journal import MemoryBlock, inert, render_memory_block
+from backthink.memory.block import MemoryBlock, render_memory_block
 from backthink.models import Memory, MemoryKind, MemoryRef, Outcome, Recalled
-from backthink.store.memory import MemoryMemoryStore
+from backthink.store.volatile import MemoryMemoryStore
 from backthink.testing import FakeClock, ScriptedModel, make_rig, proactive_messages
 
 PROMPTS = Path(__file__).resolve().parent.parent / "backthink/prompts"
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 T0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)  # 10:00 in Shanghai
+
+
+def kept_thought(reply: str, max_chars: int) -> str:
+    """The thought the journal keeps of a reply in footer mode."""
+    return read_reply(reply, output="footer", max_body_chars=600).journal_thought(max_chars)
+
 
 
 def settings(**memory: object) -> Settings:
@@ -46,32 +54,32 @@ def thought(text: str, at: datetime, memory_id: int = 1) -> Memory:
 
 def test_the_thought_is_reasoning_and_the_text_before_the_footer() -> None:
     reply = "<think>主人明天考试。</think>\n我想提醒她早点睡。\n[我决定:push]\n早点睡哦，明天加油。"
-    assert private_thought(reply, max_chars=400) == "主人明天考试。 我想提醒她早点睡。"
+    assert kept_thought(reply, 400) == "主人明天考试。 我想提醒她早点睡。"
 
 
 def test_the_body_and_the_footer_are_never_part_of_the_thought() -> None:
     reply = "Quiet evening.\n[decision:push]\n[urgency:critical]\nThe body goes to the owner."
-    kept = private_thought(reply, max_chars=400)
+    kept = kept_thought(reply, 400)
     assert kept == "Quiet evening."
     assert not has_tags(kept)
 
 
 def test_a_reply_without_footer_is_all_thought_without_tags() -> None:
-    assert private_thought("just musing [decision:push] here", max_chars=400) == (
+    assert kept_thought("just musing [decision:push] here", 400) == (
         "just musing here"
     )
 
 
 def test_a_long_thought_keeps_its_conclusion() -> None:
     reply = "开头" * 300 + "所以今晚不打扰。\n[我决定:no_push]"
-    kept = private_thought(reply, max_chars=40)
+    kept = kept_thought(reply, 40)
     assert len(kept) == 40
     assert kept.startswith("…") and kept.endswith("所以今晚不打扰。")
 
 
 def test_a_reply_that_is_only_a_footer_keeps_no_thought() -> None:
-    assert private_thought("[decision:no_push]", max_chars=400) == ""
-    assert private_thought("anything", max_chars=0) == ""
+    assert kept_thought("[decision:no_push]", 400) == ""
+    assert kept_thought("anything", 0) == ""
 
 
 # -- the block ------------------------------------------------------------------

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from backthink import logs
+from backthink.host import logs
 
 POKE_TEXT = "日程：十点去医院复查，别告诉别人"
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from backthink import recall
 from backthink.errors import StoreError
+from backthink.memory import recall
 from backthink.models import Memory, MemoryKind, Message
 from backthink.store import (
     MemoryMemoryStore,

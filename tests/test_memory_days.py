@@ -14,8 +14,8 @@ from pathlib import Path
 
 from fake_openai import FakeOpenAI
 
-from backthink.app import open_app
 from backthink.config import Settings
+from backthink.host.fleet import open_app
 from backthink.models import MemoryKind, Message, Outcome
 from backthink.testing import FakeClock, proactive_messages
 

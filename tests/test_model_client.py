@@ -28,8 +28,8 @@ from pydantic import SecretStr
 
 from backthink.config import ModelSettings
 from backthink.errors import ModelError, ModelNotConfiguredError, ModelTimeoutError
-from backthink.model_client import PLACEHOLDER_API_KEY, OpenAIModelClient
-from backthink.models import ModelMessage
+from backthink.model.client import PLACEHOLDER_API_KEY, OpenAIModelClient
+from backthink.records import ModelMessage
 
 AWAIT_TIMEOUT_S = 10.0  # seconds any single await in these tests may take
 SDK_MIN_BACKOFF_S = 0.375  # seconds; the SDK's shortest backoff without a Retry-After hint

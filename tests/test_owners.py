@@ -13,12 +13,12 @@ import pytest
 from conftest import ROOT, Workdir
 from fake_openai import FakeOpenAI
 
-from backthink.app import open_fleet
 from backthink.config import Settings, WebhookChannelSettings, load_settings
-from backthink.daemon import Daemon, phase
+from backthink.config.owners import config_owners, owner_settings, redacted, set_key
 from backthink.errors import ConfigError, InputError, StoreError
+from backthink.host.daemon import Daemon, phase
+from backthink.host.fleet import open_fleet
 from backthink.models import Owner
-from backthink.owners import config_owners, owner_settings, redacted, set_key
 from backthink.store import MemoryOwnerStore, open_database
 from backthink.testing import FakeClock, ScriptedModel
 

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import CLI_TIMEOUT_S
 
-from backthink import paths
-from backthink.config import load_settings
+from backthink.config import load_settings, paths
 from backthink.errors import ConfigError
 from backthink.testing import run_cli
 

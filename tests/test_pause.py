@@ -13,11 +13,11 @@ import pytest
 from conftest import DaemonProcess, Workdir
 from fake_openai import FakeOpenAI
 
-from backthink import poke
 from backthink.config import Settings
 from backthink.errors import InputError
+from backthink.host import poke
 from backthink.models import Outcome, Reason
-from backthink.pause import FOREVER, Pauses, PauseState, parse_pause_duration, pause_state
+from backthink.round.pause import FOREVER, Pauses, PauseState, parse_pause_duration, pause_state
 from backthink.store import open_store
 from backthink.testing import FakeClock, ScriptedModel, make_rig
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from conftest import Workdir
 
-from backthink import poke
 from backthink.config import Settings
 from backthink.errors import BackthinkError
+from backthink.host import poke
 from backthink.testing import FakeClock, MemoryRoundStore, ScriptedModel, make_rig
 
 PROMPTS = Path(__file__).resolve().parent.parent / "backthink/prompts"
@@ -134,7 +134,7 @@ def test_a_daemon_with_no_enabled_owner_refuses_pokes_in_words() -> None:
 
 def test_a_queued_poke_refuses_the_triggers_the_socket_refuses() -> None:
     """The workers' poke (no daemon, PostgreSQL) checks its text as the daemon's socket does."""
-    from backthink.worker import poke_queued
+    from backthink.host.worker import poke_queued
 
     settings = Settings.model_validate({"database": {"url": "postgresql://nobody@127.0.0.1:9/x"}})
     for text, problem in [("  ", "empty"), ("x" * (poke.MAX_TRIGGER_CHARS + 1), "longer")]:

@@ -221,7 +221,7 @@ def test_a_sqlite_store_never_imports_the_postgresql_drivers(tmp_path: Path) -> 
     """Opening and using a SQLite database loads neither psycopg nor procrastinate."""
     code = (
         "import asyncio, sys\n"
-        "import backthink.daemon, backthink.cli\n"
+        "import backthink.host.daemon, backthink.cli.root\n"
         "from datetime import datetime, UTC\n"
         "from backthink.models import Message\n"
         "from backthink.store import SqlMemoryStore, open_store\n"

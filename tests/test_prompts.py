@@ -10,7 +10,7 @@ import pytest
 
 from backthink.errors import ConfigError
 from backthink.models import Availability, RoundState, ScheduleItem
-from backthink.prompts import PromptBook, render_prompt, render_state_block
+from backthink.round.prompts import PromptBook, render_prompt, render_state_block
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = ROOT / "backthink/prompts"

@@ -6,8 +6,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from backthink.errors import StoreError
-from backthink.models import Outcome, RoundRecord
-from backthink.record import Recorder, Spill
+from backthink.models import Outcome
+from backthink.records import RoundRecord
+from backthink.round.record import Recorder, Spill
 from backthink.store import MemoryRoundStore
 
 T0 = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)

@@ -11,10 +11,10 @@ import pytest
 import structlog
 from fake_openai import FakeOpenAI
 
-from backthink import logs
-from backthink.checks import run_checks
 from backthink.config import Settings, load_settings
 from backthink.errors import ConfigError
+from backthink.host import logs
+from backthink.host.checks import run_checks
 from backthink.redact import redact_url, redact_urls
 
 ROOT = Path(__file__).resolve().parent.parent

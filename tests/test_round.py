@@ -10,14 +10,9 @@ import pytest
 
 from backthink.config import Settings
 from backthink.errors import ModelError, ModelTimeoutError, StoreError
-from backthink.models import (
-    Availability,
-    ModelMessage,
-    Outcome,
-    RoundState,
-    SessionView,
-)
-from backthink.round import Thinker
+from backthink.models import Availability, Outcome, RoundState, SessionView
+from backthink.records import ModelMessage
+from backthink.round.thinker import Thinker
 from backthink.testing import (
     FakeClock,
     MemoryMessageStore,

@@ -11,18 +11,9 @@ from typing import Any
 import pytest
 
 from backthink.config import Settings
-from backthink.models import (
-    Availability,
-    Delivery,
-    DeliveryStatus,
-    Message,
-    ModelMessage,
-    ModelReply,
-    Outcome,
-    OutgoingMessage,
-    RoundState,
-)
-from backthink.record import RESUMED_NOTE
+from backthink.models import Availability, Message, Outcome, RoundState
+from backthink.records import Delivery, DeliveryStatus, ModelMessage, ModelReply, OutgoingMessage
+from backthink.round.record import RESUMED_NOTE
 from backthink.testing import (
     FakeClock,
     RecordingChannel,

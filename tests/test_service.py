@@ -170,7 +170,7 @@ def test_install_without_a_config_points_at_init(tmp_path: Path) -> None:
 def test_system_unit_refuses_paths_it_cannot_see() -> None:
     """The system unit hides home folders: a config there is refused up front."""
     from backthink.errors import InputError
-    from backthink.service import plan_install
+    from backthink.host.unit import plan_install
 
     with pytest.raises(InputError, match="the system service cannot see"):
         plan_install("system", Path("/home/a/backthink.toml"), {})

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from backthink.app import read_persona_prompt
 from backthink.config import Settings
-from backthink.prompts import PromptBook
-from backthink.shipped import example_config, prompt_templates, unit_template
+from backthink.config.shipped import example_config, prompt_templates, unit_template
+from backthink.host.app import read_persona_prompt
+from backthink.round.prompts import PromptBook
 
 
 @pytest.mark.parametrize("language", ["zh", "en"])

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from backthink.models import Availability, StateProblem
-from backthink.state import FileStateProvider
+from backthink.round.state import FileStateProvider
 
 AT = datetime(2026, 11, 30, 8, 0, tzinfo=UTC)
 MAX_AGE = timedelta(hours=6)

@@ -21,15 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import Executable
 
 from backthink.errors import StoreError
-from backthink.models import (
-    MemoryRef,
-    Message,
-    Outcome,
-    PastPush,
-    RoundRecord,
-    ToolUse,
-    Urgency,
-)
+from backthink.models import MemoryRef, Message, Outcome, PastPush, Urgency
+from backthink.records import RoundRecord, ToolUse
 from backthink.store import (
     BUSY_TIMEOUT_MS,
     Database,
@@ -290,7 +283,7 @@ async def test_the_outbox_commits_delivery_and_write_back_together(
     kind: str, db_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """commit stores a delivery with its write-back or neither; unrecorded finds unrecorded rows."""
-    from backthink.models import Delivery, DeliveryStatus, OutgoingMessage
+    from backthink.records import Delivery, DeliveryStatus, OutgoingMessage
     from backthink.store import MemoryOutbox, SqlOutbox
 
     if kind != "memory":

@@ -16,8 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from backthink.config import ModelSettings, Settings
-from backthink.errors import ModelError
-from backthink.footer import (
+from backthink.decision.failsafe import (
     BODY_TOO_LONG,
     CHANNEL_UNCLEAR,
     DUPLICATE_FIELD,
@@ -32,23 +31,31 @@ from backthink.footer import (
     WRONG_TYPE,
     suppression_reason,
 )
-from backthink.model_client import OpenAIModelClient, request_body
-from backthink.models import MemoryKind, ModelMessage, Outcome, Reason, Urgency
-from backthink.prompts import PromptBook, render_prompt
-from backthink.structured import (
+from backthink.decision.reply import read_reply
+from backthink.decision.structured import (
     DECISION_SCHEMA,
     FIELDS,
     THOUGHT_MAX_CHARS,
-    json_thought,
     parse_json_reply,
     response_format,
 )
+from backthink.errors import ModelError
+from backthink.model.client import OpenAIModelClient, request_body
+from backthink.models import MemoryKind, Outcome, Reason, Urgency
+from backthink.records import ModelMessage
+from backthink.round.prompts import PromptBook, render_prompt
 from backthink.testing import FakeClock, MemoryMessageStore, ScriptedModel, make_rig, seed_history
 
 PROMPTS = Path(__file__).resolve().parent.parent / "backthink/prompts"
 T0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)  # 10:00 in Shanghai
 R, W, C = Urgency.ROUTINE, Urgency.WARNING, Urgency.CRITICAL
 URGENCY_RANK = {R: 0, W: 1, C: 2}
+
+
+def kept_thought(reply: str, max_chars: int) -> str:
+    """The thought the journal keeps of a reply in json_schema mode."""
+    return read_reply(reply, output="json_schema", max_body_chars=600).journal_thought(max_chars)
+
 
 
 def obj(**fields: Any) -> str:
@@ -182,9 +189,9 @@ def test_no_object_pushes_without_an_explicit_push_or_raises_urgency(
 def test_the_thought_is_the_thought_field_and_reasoning_never_the_body() -> None:
     """The journal keeps the reasoning and the thought field; the body never."""
     reply = "<think>先想想</think>" + obj(thought="她明早\n有组会。")
-    assert json_thought(reply, max_chars=400) == "先想想 她明早 有组会。"
-    assert json_thought("not an object", max_chars=400) == ""
-    assert json_thought(obj(thought="很长" * 50), max_chars=10).startswith("…")
+    assert kept_thought(reply, 400) == "先想想 她明早 有组会。"
+    assert kept_thought("not an object", 400) == ""
+    assert kept_thought(obj(thought="很长" * 50), 10).startswith("…")
 
 
 def test_the_request_carries_the_strict_schema_only_in_json_mode() -> None:

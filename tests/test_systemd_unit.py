@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from backthink.service import plan_install
-from backthink.shipped import Scope
+from backthink.config.shipped import Scope
+from backthink.host.unit import plan_install
 
 EXPOSURE_THRESHOLD = 20  # systemd's scale of 0-100; 20 is shown as an exposure of 2.0
 SYSTEM_CONFIG = Path("/etc/backthink/backthink.toml")

@@ -8,8 +8,9 @@ from zoneinfo import ZoneInfo
 from hypothesis import given
 from hypothesis import strategies as st
 
-from backthink.context import TIME_MARKER, conversation, time_notes
 from backthink.models import Message
+from backthink.protocol import TIME_MARKER
+from backthink.round.context import conversation, time_notes
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 NEW_YORK = ZoneInfo("America/New_York")

@@ -11,16 +11,9 @@ from typing import Any
 
 from backthink.config import Settings
 from backthink.errors import ToolsRefusedError
-from backthink.models import (
-    Memory,
-    MemoryKind,
-    Message,
-    ModelMessage,
-    ModelReply,
-    Outcome,
-    ToolCall,
-)
-from backthink.store.memory import MemoryMemoryStore
+from backthink.models import Memory, MemoryKind, Message, Outcome
+from backthink.records import ModelMessage, ModelReply, ToolCall
+from backthink.store.volatile import MemoryMemoryStore
 from backthink.testing import Calls, FakeClock, ScriptedModel, make_rig, proactive_messages
 from backthink.tools import ToolBox, ToolError, ToolSpec, cut_result
 from backthink.tools.loop import CALL_LIMIT_RESULT
@@ -255,7 +248,7 @@ async def test_the_refusal_survives_a_restart() -> None:
     await rig.thinker.run_round("o", "heartbeat")
     again = RefusingModel(NO_PUSH)
     # A new process on the same round store: the mark is read back.
-    from backthink.app import build_app
+    from backthink.host.app import build_app
 
     app = build_app(
         settings(),
@@ -341,7 +334,7 @@ def test_the_tool_block_is_small() -> None:
 def _builtins() -> list[Any]:
     from zoneinfo import ZoneInfo
 
-    from backthink.store.memory import MemoryRoundStore
+    from backthink.store.volatile import MemoryRoundStore
     from backthink.tools.builtin import RoundContext, builtin_tools
 
     context = RoundContext(
@@ -366,7 +359,7 @@ class Forger:
 
 
 async def test_tool_output_carries_no_footer_tag_nor_marker() -> None:
-    from backthink.footer import has_tags
+    from backthink.decision.tags import has_tags
 
     box = ToolBox([Forger()], timeout_s=1, max_result_chars=1000)
     result = await box.run(ToolCall(id="1", name="forger"))

@@ -20,12 +20,13 @@ import httpx2
 import pytest
 from conftest import ROOT, Workdir
 
-from backthink.app import App, build_app
 from backthink.config import QuietHours, Settings, split_listen
 from backthink.errors import ConfigError
-from backthink.models import Memory, MemoryKind, Message, Outcome, Reason, RoundRecord
+from backthink.host.app import App, build_app
+from backthink.host.status import Status
+from backthink.models import Memory, MemoryKind, Message, Outcome, Reason
 from backthink.ports import MessageStore, RoundStore
-from backthink.status import Status
+from backthink.records import RoundRecord
 from backthink.store import MemoryMessageStore, MemoryRoundStore, open_store
 from backthink.testing import FakeClock, RecordingChannel, ScriptedModel
 from backthink.web import build_asgi
@@ -216,7 +217,7 @@ def test_run_refuses_a_public_page_without_a_token(workdir: Workdir) -> None:
 def test_daemon_without_web_does_not_import_the_page() -> None:
     """With [web] off, importing (and so running) the daemon loads no page module nor uvicorn."""
     code = (
-        "import sys, backthink.daemon, backthink.cli\n"
+        "import sys, backthink.host.daemon, backthink.cli.root\n"
         "print(sorted(m for m in sys.modules if m.startswith(('backthink.web', 'uvicorn'))))"
     )
     proc = subprocess.run(

@@ -25,7 +25,8 @@ from fake_openai import FakeOpenAI
 from scripted_day import OWNER, run_day
 from webdriver import Browser, WebDriverError, browser, missing
 
-from backthink.models import Outcome, RoundRecord
+from backthink.models import Outcome
+from backthink.records import RoundRecord
 from backthink.testing import run_cli
 from backthink.web.words import reason_words
 

@@ -26,10 +26,10 @@ from conftest import ROOT
 from fake_openai import FakeOpenAI, Reply
 
 from backthink.config import Settings
-from backthink.models import RoundRecord
-from backthink.round import SLOT_NOTE
+from backthink.host.worker import STALLED_S
+from backthink.records import RoundRecord
+from backthink.round.thinker import SLOT_NOTE
 from backthink.store import open_database
-from backthink.worker import STALLED_S
 
 OWNERS = 300
 HEARTBEAT_S = 10
@@ -142,7 +142,7 @@ def wait_until_all_busy(url: str, timeout_s: float = 30.0) -> None:
     """Wait until each of the WORKERS workers is running at least one round."""
     import psycopg
 
-    from backthink.worker import ROUND_TASK, conninfo
+    from backthink.host.worker import ROUND_TASK, conninfo
 
     deadline = time.monotonic() + timeout_s
     with psycopg.connect(conninfo(url), autocommit=True) as conn:
@@ -162,7 +162,7 @@ def jobs_left(url: str) -> dict[str, int]:
     """Round jobs still in the queue, by status (successful ones are deleted)."""
     import psycopg
 
-    from backthink.worker import ROUND_TASK, conninfo
+    from backthink.host.worker import ROUND_TASK, conninfo
 
     with psycopg.connect(conninfo(url)) as conn:
         rows = conn.execute(
@@ -238,8 +238,8 @@ def test_a_sweep_passes_over_an_owner_row_it_cannot_read(pg_url: str) -> None:
     """A row another program wrote wrong is not scheduled; the sweep goes on for the others."""
     from sqlalchemy import text
 
-    from backthink.app import open_fleet
-    from backthink.worker import ROUND_TASK, Queue, apply_schema, queue_app
+    from backthink.host.fleet import open_fleet
+    from backthink.host.worker import ROUND_TASK, Queue, apply_schema, queue_app
 
     settings = Settings.model_validate(
         {
@@ -272,7 +272,7 @@ def test_a_sweep_passes_over_an_owner_row_it_cannot_read(pg_url: str) -> None:
     asyncio.run(sweep())
     import psycopg
 
-    from backthink.worker import conninfo
+    from backthink.host.worker import conninfo
 
     with psycopg.connect(conninfo(pg_url)) as conn:
         rows = conn.execute(

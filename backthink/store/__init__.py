@@ -10,18 +10,18 @@ from backthink.config import DatabaseSettings
 from backthink.store.database import Database
 from backthink.store.engine import BUSY_TIMEOUT_MS, create_engine
 from backthink.store.memories import SqlMemoryStore
-from backthink.store.memory import (
+from backthink.store.messages import SqlMessageStore
+from backthink.store.migrator import migrate
+from backthink.store.outbox import SqlOutbox
+from backthink.store.owners import SqlOwnerStore
+from backthink.store.rounds import SqlRoundStore
+from backthink.store.volatile import (
     MemoryMemoryStore,
     MemoryMessageStore,
     MemoryOutbox,
     MemoryOwnerStore,
     MemoryRoundStore,
 )
-from backthink.store.messages import SqlMessageStore
-from backthink.store.migrator import migrate
-from backthink.store.outbox import SqlOutbox
-from backthink.store.owners import SqlOwnerStore
-from backthink.store.rounds import SqlRoundStore
 
 __all__ = [
     "BUSY_TIMEOUT_MS",

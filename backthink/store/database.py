@@ -33,8 +33,9 @@ from sqlalchemy import create_engine as create_sync_engine
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from backthink.config.paths import is_memory, sqlite_path
 from backthink.errors import StoreError
-from backthink.store.engine import is_memory, sqlite_path, tune_sqlite
+from backthink.store.engine import tune_sqlite
 
 T = TypeVar("T")
 

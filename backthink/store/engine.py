@@ -8,7 +8,6 @@ imported only when such a URL is opened, so a SQLite daemon never loads it.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
@@ -17,6 +16,7 @@ from sqlalchemy.exc import ArgumentError, InvalidRequestError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 
+from backthink.config.paths import is_memory, sqlite_path
 from backthink.errors import StoreError
 
 BUSY_TIMEOUT_MS = 5000  # milliseconds a SQLite writer waits for another writer's lock
@@ -97,20 +97,6 @@ def _async_engine(url: URL, **options: Any) -> AsyncEngine:
         raise StoreError(
             f"database url driver {url.get_driver_name()!r} has no asyncio mode"
         ) from None
-
-
-def is_memory(url: URL) -> bool:
-    """Whether a SQLite URL names an in-memory database."""
-    database = url.database or ""
-    return not database or ":memory:" in database or "mode=memory" in database
-
-
-def sqlite_path(url: URL) -> Path | None:
-    """The file of a SQLite URL, or None for other databases and in-memory ones."""
-    if url.get_backend_name() != "sqlite" or is_memory(url):
-        return None
-    # A `uri=true` URL names the file as "file:path?options".
-    return Path((url.database or "").removeprefix("file:").partition("?")[0])
 
 
 def _make_parent_dir(url: URL) -> None:

@@ -13,7 +13,7 @@ from sqlalchemy import Integer, TextualSelect, bindparam, delete, insert, text
 from sqlalchemy.engine import Connection
 from sqlmodel import col, select
 
-from backthink import recall
+from backthink.memory import recall
 from backthink.models import MAIN_SESSION, Memory, MemoryKind, Message, Recalled
 from backthink.store import fulltext
 from backthink.store.columns import UTCDateTime
@@ -381,7 +381,7 @@ class SqlMemoryStore:
     ) -> builtins.list[Recalled]:
         """Return the memories and older main-session messages the window brings to mind.
 
-        See `backthink.recall` for how terms are chosen, weighed and gated.
+        See `backthink.memory.recall` for how terms are chosen, weighed and gated.
         Messages at or after `before_message_id` (default: the window's first)
         are never recalled, nor memories whose id is in `exclude` (the journal
         shows them already). Unindexed memories, or messages below the window,

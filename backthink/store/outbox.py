@@ -11,7 +11,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
 from backthink.errors import StoreError
-from backthink.models import Delivery, DeliveryStatus, Message, OutgoingMessage
+from backthink.models import Message
+from backthink.records import Delivery, DeliveryStatus, OutgoingMessage
 from backthink.store.database import Database
 from backthink.store.failures import store_errors
 from backthink.store.messages import message_values

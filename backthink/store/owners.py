@@ -1,7 +1,7 @@
 """SqlOwnerStore: owners in the `owner` table.
 
 The distributed worker keeps its schedule in the same rows (`next_due_at`,
-`greeted_at`) and claims them itself (`backthink.worker`), in the
+`greeted_at`) and claims them itself (`backthink.host.worker`), in the
 transaction that queues their rounds.
 """
 

@@ -5,7 +5,7 @@ transaction (the chat app's too), so unlike SQLite's FTS5 path nothing is
 caught up and nothing can be stale: a deleted row is gone, an edited one
 matches what it now says.
 
-Recall follows the same contract as on SQLite (`backthink.recall`): the
+Recall follows the same contract as on SQLite (`backthink.memory.recall`): the
 window's terms (CJK 3-grams, latin words of four letters or more) weigh
 recency times log(N / df), with df counted outside the window and capped at
 `DF_CAP + 1`; each table is queried with the best `TERMS` of the terms it
@@ -34,7 +34,7 @@ from typing import Any
 from sqlalchemy import TextualSelect, text
 from sqlalchemy.engine import Connection
 
-from backthink import recall
+from backthink.memory import recall
 from backthink.models import MAIN_SESSION, Memory, MemoryKind, Message, Recalled
 from backthink.store.columns import UTCDateTime
 from backthink.store.database import Database

@@ -11,7 +11,7 @@ from sqlalchemy import delete, false, insert, update
 from sqlalchemy.engine import Connection, RowMapping
 from sqlmodel import col, select
 
-from backthink.models import RoundRecord
+from backthink.records import RoundRecord
 from backthink.store.database import Database
 from backthink.store.failures import store_errors
 from backthink.store.tables import MarkRow, RoundRow

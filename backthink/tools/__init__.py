@@ -18,8 +18,8 @@ from typing import Any, Protocol
 
 import structlog
 
-from backthink.journal import defuse
-from backthink.models import ToolCall, ToolUse
+from backthink.decision.inert import defuse
+from backthink.records import ToolCall, ToolUse
 
 log = structlog.get_logger("backthink.tools")
 

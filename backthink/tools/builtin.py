@@ -13,8 +13,8 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from backthink.decision.inert import inert
 from backthink.errors import StoreError
-from backthink.journal import inert
 from backthink.models import Memory, MemoryKind
 from backthink.ports import MemoryStore, RoundStore
 from backthink.tools import Tool, ToolError, ToolSpec

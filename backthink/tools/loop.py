@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 
-from backthink.models import ModelMessage, ModelReply, ToolUse
+from backthink.errors import ModelError, ToolsRefusedError
 from backthink.ports import ModelClient
+from backthink.records import ModelMessage, ModelReply, ToolUse
 from backthink.tools import ToolBox
 
 CALL_LIMIT_RESULT = "error: the call limit of this round is reached; write your answer now"
@@ -31,47 +32,53 @@ class Stop(Enum):
     OWNER_ACTIVE = "owner_active"
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoopResult:
-    """What the loop ended with: the final reply (costs summed over every turn), or a stop."""
+    """What the loop ended with: the final reply (costs summed over every turn), or why not."""
 
     reply: ModelReply | None
-    uses: list[ToolUse] = field(default_factory=list)
-    results: list[str] = field(default_factory=list)
+    uses: tuple[ToolUse, ...] = ()
+    results: tuple[str, ...] = ()
     """Every tool result as its tool wrote it, for the echo guard."""
     stop: Stop | None = None
-    turns: int = 0
+    error: ModelError | None = None
+    """The endpoint failed on a turn; the calls made before it stay counted."""
 
 
 async def run_tool_loop(
     model: ModelClient,
     messages: Sequence[ModelMessage],
     box: ToolBox,
-    result: LoopResult,
     *,
     max_steps: int,
     max_calls: int,
     owner_spoke: Callable[[], Awaitable[bool]],
+    on_use: Callable[[ToolUse], None] = lambda use: None,
 ) -> LoopResult:
     """Run the model with the tools of `box` until it answers in text or a bound runs out.
 
-    Fills and returns `result`, so the calls made so far are known even when
-    a later turn raises.
+    `on_use` hears of each call as it ends, so a round cut off in the middle
+    still knows the calls it made.
 
     Raises:
-        ModelError: as `ModelClient.complete` (a refusal of tools included);
-            the costs of earlier turns are then lost with the round's reply.
+        ToolsRefusedError: the endpoint refused the tool definitions (on the first turn).
     """
     conversation = list(messages)
     definitions = [spec.definition() for spec in box.specs]
+    uses: list[ToolUse] = []
+    results: list[str] = []
     steps = calls = 0
     prompt = completion = 0
     latency = 0.0
     counted = False
     while True:
         offer = definitions if steps < max_steps and calls < max_calls else []
-        reply = await model.complete(conversation, tools=offer)
-        result.turns += 1
+        try:
+            reply = await model.complete(conversation, tools=offer)
+        except ToolsRefusedError:
+            raise
+        except ModelError as exc:
+            return LoopResult(None, tuple(uses), tuple(results), error=exc)
         if reply.prompt_tokens is not None or reply.completion_tokens is not None:
             counted = True
             prompt += reply.prompt_tokens or 0
@@ -85,12 +92,9 @@ async def run_tool_loop(
             }
         )
         if not reply.tool_calls:
-            result.reply = summed
-            return result
+            return LoopResult(summed, tuple(uses), tuple(results))
         if not offer:
-            result.reply = summed
-            result.stop = Stop.TOOL_LIMIT
-            return result
+            return LoopResult(summed, tuple(uses), tuple(results), Stop.TOOL_LIMIT)
         steps += 1
         conversation.append(
             ModelMessage(role="assistant", text=reply.text, tool_calls=reply.tool_calls)
@@ -99,8 +103,9 @@ async def run_tool_loop(
         calls += len(allowed)
         ran = await asyncio.gather(*(box.run(call) for call in allowed))
         for call, outcome in zip(allowed, ran, strict=True):
-            result.uses.append(outcome.use)
-            result.results.append(outcome.outside)
+            uses.append(outcome.use)
+            on_use(outcome.use)
+            results.append(outcome.outside)
             conversation.append(ModelMessage(role="tool", text=outcome.text, tool_call_id=call.id))
         for call in reply.tool_calls[len(allowed) :]:
             # Every call needs an answer, or the endpoint refuses the next request.
@@ -108,6 +113,4 @@ async def run_tool_loop(
                 ModelMessage(role="tool", text=CALL_LIMIT_RESULT, tool_call_id=call.id)
             )
         if await owner_spoke():
-            result.reply = summed
-            result.stop = Stop.OWNER_ACTIVE
-            return result
+            return LoopResult(summed, tuple(uses), tuple(results), Stop.OWNER_ACTIVE)

@@ -14,7 +14,8 @@ from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 from backthink.config import QuietHours
-from backthink.models import Message, Outcome, RoundRecord
+from backthink.models import Message, Outcome
+from backthink.records import RoundRecord
 
 WIDTH = 1000.0  # units across the timeline's drawing
 

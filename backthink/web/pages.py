@@ -16,9 +16,10 @@ from datetime import datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from backthink.footer import split_reply
-from backthink.models import Delivery, Memory, MemoryKind, MemoryRef, Outcome, RoundRecord
-from backthink.status import Status
+from backthink.decision.reply import Reply
+from backthink.host.status import Status
+from backthink.models import Memory, MemoryKind, MemoryRef, Outcome
+from backthink.records import Delivery, RoundRecord
 from backthink.web.day import WIDTH, DayLine
 from backthink.web.words import esc, local_time, reason_words
 
@@ -204,8 +205,9 @@ def round_page(
     shown: Sequence[Shown],
     request: dict[str, Any] | None,
     request_problem: str | None,
+    reply: Reply | None,
 ) -> str:
-    """Everything known about one round."""
+    """Everything known about one round; `reply` is its raw reply read (None: no reply)."""
     r = record
     day = local_time(r.started_at, tz, "%Y-%m-%d")
     facts = [
@@ -228,7 +230,7 @@ def round_page(
         f"{esc(reason_words(r.outcome, r.reason))}</span></p>",
         f"<dl>{dl}</dl>",
         _decision(r),
-        _reply(r.raw_reply),
+        _reply(r.raw_reply, reply),
         _delivery(delivery),
         _tools(r),
         _shown(shown),
@@ -252,10 +254,9 @@ def _decision(r: RoundRecord) -> str:
     return f"<h2>Decision</h2><dl>{dl}</dl><h3>Message</h3>{_pre(r.body or '', 'body')}"
 
 
-def _reply(raw: str | None) -> str:
-    if raw is None:
+def _reply(raw: str | None, parts: Reply | None) -> str:
+    if raw is None or parts is None:
         return '<h2>Reply</h2><p class="empty">No reply was recorded.</p>'
-    parts = split_reply(raw)
     return (
         "<h2>Reply</h2><h3>Thinking</h3>"
         f"{_pre(parts.thinking, 'thinking')}<h3>Footer</h3>{_pre(parts.footer, 'footer')}"

@@ -23,11 +23,13 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from backthink.app import App
+from backthink.decision.reply import read_reply
 from backthink.errors import BackthinkError, InputError, StoreError
-from backthink.models import MemoryKind, Message, RoundRecord
-from backthink.pause import parse_pause_duration
-from backthink.status import NOT_CONFIGURED, PENDING_SCAN, Status, model_health
+from backthink.host.app import App
+from backthink.host.status import NOT_CONFIGURED, PENDING_SCAN, Status, model_health
+from backthink.models import MemoryKind, Message
+from backthink.records import RoundRecord
+from backthink.round.pause import parse_pause_duration
 from backthink.web import pages, static
 from backthink.web.day import day_bounds, lay_out, local_day
 from backthink.web.guard import Guard
@@ -78,7 +80,7 @@ class Pages:
         nxt = live.get("next_heartbeat")
         channels = live.get("channels") or {}
         if probe_model:
-            from backthink.model_client import OpenAIModelClient  # loaded with the app's model
+            from backthink.model.client import OpenAIModelClient  # loaded with the app's model
 
             own = app.model if isinstance(app.model, OpenAIModelClient) else None
             model = await model_health(app.settings.model, client=own)
@@ -154,6 +156,13 @@ class Pages:
             shown=await self._shown(record),
             request=request_body,
             request_problem=problem,
+            reply=None
+            if record.raw_reply is None
+            else read_reply(
+                record.raw_reply,
+                output=self._app.settings.model.output,
+                max_body_chars=self._app.settings.gate.max_body_chars,
+            ),
         )
         return HTMLResponse(html)
 
@@ -175,7 +184,7 @@ class Pages:
 
     async def _dry_run(self, trigger: str) -> tuple[dict[str, Any] | None, str | None]:
         """What `think --dry-run --trigger TRIGGER` would send now, or why it cannot say."""
-        from backthink.model_client import request_body  # the SDK is loaded only for this
+        from backthink.model.client import request_body  # the SDK is loaded only for this
 
         thinker = self._app.thinker
         try:

@@ -12,8 +12,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
-from backthink.footer import ECHOED_FOOTER, ECHOED_PROMPT, parse_footer
-from backthink.models import Message, RoundRecord, Urgency
+from backthink.decision.failsafe import ECHOED_FOOTER, ECHOED_PROMPT
+from backthink.decision.footer import parse_footer
+from backthink.models import Message, Urgency
+from backthink.records import RoundRecord
 from backthink.store import open_store
 from backthink.testing import proactive_messages, run_cli
 
@@ -60,7 +62,7 @@ CHANNELS: Final = ("web",)
 # footer from a user message.
 ECHO_REFUSALS: Final = frozenset({ECHOED_PROMPT, ECHOED_FOOTER})
 
-# Written independently of backthink.footer on purpose: the invariants are checked
+# Written independently of backthink.decision.footer on purpose: the invariants are checked
 # against what the model literally wrote, not against the parser's own reading of it.
 _BRACKETS = r"[\[【][^\S\n]*(?:{keys})[^\S\n]*[:：][^\S\n]*(?P<value>[^\[\]【】\n]*?)[^\S\n]*[\]】]"
 DECISION_TAG: Final = re.compile(_BRACKETS.format(keys="我决定|decision"), re.IGNORECASE)

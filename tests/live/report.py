@@ -15,15 +15,15 @@ from pathlib import Path
 
 from live_helpers import DEFAULT_MODEL, MAX_TOKENS, Checked, LiveWorkdir, run_checked
 
-from backthink.footer import (
+from backthink.decision.failsafe import (
     BODY_TOO_LONG,
     CONFLICTING_DECISIONS,
     EMPTY_BODY,
     EMPTY_REPLY,
     NO_DECISION,
     NOTHING_TO_SAY,
-    parse_footer,
 )
+from backthink.decision.footer import parse_footer
 
 TRIGGERS = ("heartbeat", "startup")
 # A reply that has no single clear decision token in its footer.

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from backthink.models import Outcome, RoundRecord, Urgency
+from backthink.models import Outcome, Urgency
+from backthink.records import RoundRecord
 
 from .live_helpers import _reply_invariants
 

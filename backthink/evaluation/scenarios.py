@@ -1,0 +1,196 @@
+"""Evaluation scenarios: one JSON object per line, validated where it enters.
+
+A scenario is a moment in an owner's life written down as data: the recent
+conversation, the state file at that moment, the local time of the round, and
+what a good companion would do (`expect`). A line that is not a valid scenario
+is reported as `FILE:LINE: key: problem` and left out; every other line still
+runs, so one typo never costs the whole evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal
+from zoneinfo import ZoneInfo
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from backthink.models import FUTURE_SKEW, RoundState, Urgency, known_zone
+
+MAX_HISTORY = 200  # messages; a scenario is a moment, not an archive
+
+
+class _Strict(BaseModel):
+    # Unknown keys are refused: a misspelt "expect" must not silently become no label.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HistoryItem(_Strict):
+    """One main-session message before the round."""
+
+    role: Literal["user", "assistant", "system"]
+    text: str
+    at: datetime
+    channel: str | None = None
+    speaker: str | None = None
+    # "proactive" marks an earlier push of the companion's, which the gate counts.
+    origin: Literal["chat", "proactive"] = "chat"
+
+
+class Expect(_Strict):
+    """What a good companion does in this moment."""
+
+    push: bool
+    urgency: Urgency | None = None
+    """The least urgency a right push carries (a smoke alarm is critical)."""
+    mentions: list[str] = Field(default_factory=list)
+    """Words of which a right push's body mentions at least one (case-insensitive)."""
+
+    @model_validator(mode="after")
+    def _only_for_a_push(self) -> Expect:
+        if not self.push and (self.urgency is not None or self.mentions):
+            raise ValueError("urgency and mentions belong to an expected push")
+        return self
+
+
+class Scenario(_Strict):
+    """One evaluation scenario as written in the file."""
+
+    id: str = Field(min_length=1, max_length=120)
+    lang: Literal["zh", "en"]
+    history: list[HistoryItem] = Field(default_factory=list, max_length=MAX_HISTORY)
+    state: dict[str, Any] | None = None
+    at: datetime
+    timezone: str | None = None
+    """The owner's IANA time zone; by default the configured one, or the offset of `at`."""
+    trigger: str = Field(default="heartbeat", min_length=1)
+    expect: Expect
+    why: str = ""
+    """Why the label is what it is, in a sentence."""
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str | None) -> str | None:
+        return None if value is None else known_zone(value)
+
+    @field_validator("state")
+    @classmethod
+    def _a_state_document(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            RoundState.model_validate(value)
+        return value
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A scenario ready to run: its owner time zone resolved and every time aware."""
+
+    scenario: Scenario
+    tz: ZoneInfo
+    at: datetime
+    line: int
+
+    @property
+    def id(self) -> str:
+        return self.scenario.id
+
+    def history_at(self, item: HistoryItem) -> datetime:
+        """A message's time; one written without an offset is the owner's local time."""
+        return item.at if item.at.tzinfo is not None else item.at.replace(tzinfo=self.tz)
+
+
+@dataclass
+class ScenarioFile:
+    """The scenarios of one file and the lines that were left out, with why."""
+
+    scenarios: list[Loaded] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def load_scenarios(lines: Iterable[str], *, source: str, owner_tz: ZoneInfo) -> ScenarioFile:
+    """Validate every line; blank lines and lines starting with `#` are skipped.
+
+    Returns:
+        The valid scenarios in file order and one `source:line: problem` per bad line.
+    """
+    out = ScenarioFile()
+    seen: dict[str, int] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        where = f"{source}:{number}"
+        try:
+            loaded = _load_line(line, owner_tz=owner_tz, line=number)
+        except _LineError as exc:
+            out.problems.append(f"{where}: {exc}")
+            continue
+        if loaded.id in seen:
+            out.problems.append(
+                f"{where}: id: {loaded.id!r} is already used on line {seen[loaded.id]}"
+            )
+            continue
+        seen[loaded.id] = number
+        out.scenarios.append(loaded)
+    return out
+
+
+class _LineError(ValueError):
+    """One line is not a valid scenario; the message says which key and why."""
+
+
+def _load_line(text: str, *, owner_tz: ZoneInfo, line: int) -> Loaded:
+    try:
+        data: Any = json.loads(text)
+    except ValueError as exc:
+        raise _LineError(f"not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise _LineError("expected a JSON object")
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        key = ".".join(str(p) for p in err["loc"])
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        msg = msg.removeprefix("Value error, ")
+        raise _LineError(f"{key}: {msg}" if key else msg) from None
+    tz = _owner_zone(scenario, owner_tz)
+    at = scenario.at if scenario.at.tzinfo is not None else scenario.at.replace(tzinfo=tz)
+    loaded = Loaded(scenario, tz, at, line)
+    for index, item in enumerate(scenario.history):
+        if loaded.history_at(item) > at + FUTURE_SKEW:
+            raise _LineError(f"history.{index}.at: later than the round's at")
+    return loaded
+
+
+def _owner_zone(scenario: Scenario, owner_tz: ZoneInfo) -> ZoneInfo:
+    """The owner's zone for a scenario: named, else the configured one if `at` agrees.
+
+    A scenario written for 23:30 in Shanghai must still be 23:30 for an owner
+    configured in New York: otherwise late night would silently become noon.
+    Then a whole-hour offset stands in as a fixed zone (Etc/GMT-8 is UTC+8).
+
+    Raises:
+        _LineError: `at` carries an offset that is no whole hour and no zone is named.
+    """
+    if scenario.timezone is not None:
+        return ZoneInfo(scenario.timezone)
+    offset = scenario.at.utcoffset()
+    if offset is None or scenario.at.astimezone(owner_tz).utcoffset() == offset:
+        return owner_tz
+    hours, rest = divmod(int(offset.total_seconds()), 3600)
+    if rest:
+        raise _LineError(
+            f"at: the offset {_offset(offset)} is not owner.timezone's; name a timezone"
+        )
+    # The Etc zones count the other way round: Etc/GMT-8 is eight hours east.
+    return ZoneInfo("UTC" if hours == 0 else f"Etc/GMT{-hours:+d}")
+
+
+def _offset(delta: timedelta) -> str:
+    minutes = int(delta.total_seconds() // 60)
+    sign = "+" if minutes >= 0 else "-"
+    hours, minutes = divmod(abs(minutes), 60)
+    return f"{sign}{hours:02d}:{minutes:02d}"

@@ -1,0 +1,59 @@
+"""`backthink check`: validate what a round needs before the daemon meets it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from backthink.config import Settings
+from backthink.errors import BackthinkError, ModelNotConfiguredError
+from backthink.host.app import MODEL_MISSING_HINT, build_app
+from backthink.model.client import OpenAIModelClient
+from backthink.redact import redact_url
+from backthink.store import open_database
+
+
+class CheckError(BackthinkError):
+    """A check found a problem; the message names it."""
+
+
+async def run_checks(settings: Settings) -> AsyncIterator[str]:
+    """Run every check in order, yielding one line per check that passed.
+
+    Raises:
+        CheckError: the first problem, as one line naming what is wrong.
+    """
+    try:
+        # Wiring the app in memory loads the templates, the persona prompt and
+        # every channel, exactly as a round will.
+        build_app(settings, model=None)
+    except BackthinkError as exc:
+        raise CheckError(f"prompts: {exc}") from None
+    folder = settings.prompt.dir or "shipped with the package"
+    persona = settings.persona.prompt_file or "shipped default"
+    yield (f"prompts: {folder} ({settings.prompt.language}); persona: {persona}")
+
+    kinds = ", ".join(f"{name} ({c.type})" for name, c in settings.channels.items())
+    yield f"channels: {kinds or 'none configured'}"
+
+    safe_url = redact_url(settings.database.url)
+    try:
+        async with open_database(settings.database) as store:
+            await store.messages.recent(settings.owner.id, 1)
+            # A round writes its record and deliveries: check the way it will.
+            await store.rounds.check_writable()
+    except BackthinkError as exc:
+        raise CheckError(f"database {safe_url}: {exc}") from None
+    yield (f"database: {safe_url}")
+
+    try:
+        client = OpenAIModelClient(settings.model)
+    except ModelNotConfiguredError:
+        raise CheckError(f"model: {MODEL_MISSING_HINT}") from None
+    try:
+        async with client:
+            detail = await client.probe()
+    except BackthinkError as exc:
+        raise CheckError(f"model: {exc}") from None
+    yield (
+        f"model: {settings.model.name} at {redact_url(settings.model.base_url or '')} ({detail})"
+    )

@@ -1,0 +1,359 @@
+"""The long-running service: startup greeting, heartbeats, cron triggers, pokes, delivery.
+
+The daemon only decides *when* a round runs; `Thinker.run_round` decides
+everything else. APScheduler jobs coalesce, run one instance at a time and
+have a misfire grace of one heartbeat, so after a laptop sleep or downtime
+the missed heartbeats collapse into at most one round, never a burst.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import zlib
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.cron import CronTrigger
+
+from backthink.config import Settings
+from backthink.errors import BackthinkError
+from backthink.host import poke
+from backthink.host.app import MODEL_MISSING_HINT, settle_heap
+from backthink.host.fleet import open_fleet
+from backthink.host.notify import Notifier
+from backthink.host.schedule import HeartbeatTrigger
+from backthink.models import Owner, Trigger
+from backthink.records import RoundRecord
+
+if TYPE_CHECKING:
+    from backthink.host.fleet import Fleet
+
+log = structlog.get_logger("backthink.daemon")
+
+GREETING_MARK = "startup_greeting"
+RECORD_GRACE_S = 5.0  # seconds a cut-off round gets to record itself, past the busy timeout
+OWNER_REFRESH = timedelta(minutes=1)  # how soon an owner added, changed or removed is seen
+
+
+class Daemon:
+    """Schedules rounds for every enabled owner (or the ones given) until asked to stop."""
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        owners: Sequence[str] | None = None,
+        *,
+        notifier: Notifier | None = None,
+    ) -> None:
+        """Serve `owners`, or (None) every enabled owner, following the owner table."""
+        self._fleet = fleet
+        self._settings = fleet.settings
+        self._only = list(owners) if owners is not None else None
+        self._owners: list[str] = []  # the default first; poke reads it at every request
+        self._scheduled: dict[str, Owner] = {}
+        self._notifier = notifier or Notifier()
+        self._stop = asyncio.Event()
+        self._tasks: set[asyncio.Task[RoundRecord]] = set()
+        self._outcomes: Counter[str] = Counter()
+        self._accepting = True
+        # Under overload, due rounds wait for a slot instead of all starting at once
+        # and each taking ever longer (and holding memory) while the model is slow.
+        self._slots = asyncio.Semaphore(self._settings.daemon.max_concurrent_rounds)
+        self._scheduler: AsyncIOScheduler | None = None
+
+    def request_stop(self) -> None:
+        """Stop taking new rounds and begin shutting down (SIGTERM, SIGINT)."""
+        self._stop.set()
+
+    async def run_round(self, owner_id: str, trigger: str) -> RoundRecord:
+        """Run one round as a tracked task, so shutdown can wait for it."""
+        if not self._accepting:
+            raise BackthinkError("the daemon is stopping")
+        async with self._slots:
+            if not self._accepting:
+                raise BackthinkError("the daemon is stopping")
+            app = await self._fleet.app(owner_id)
+            task = asyncio.create_task(app.thinker.run_round(owner_id, trigger))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            record = await asyncio.shield(task)
+        self._outcomes[record.outcome.value] += 1
+        return record
+
+    def status(self, owner_id: str) -> dict[str, Any]:
+        """What only the running daemon knows: the owner's next heartbeat, the channels' health."""
+        job = self._scheduler.get_job(f"heartbeat:{owner_id}") if self._scheduler else None
+        at = job.next_run_time if job is not None else None
+        app = self._fleet.cached(owner_id)
+        return {
+            "next_heartbeat": at.astimezone(UTC).isoformat() if at is not None else None,
+            "channels": app.dispatcher.health() if app is not None else {},
+        }
+
+    async def _job(self, owner_id: str, trigger: str) -> None:
+        if self._accepting:
+            # A job still waiting for a slot when shutdown begins simply does not run.
+            with contextlib.suppress(BackthinkError):
+                await self.run_round(owner_id, trigger)
+
+    async def _greet(self, owner_id: str) -> None:
+        """The startup round, at most once per `schedule.startup_cooldown` across restarts."""
+        app = await self._fleet.app(owner_id)
+        rounds = app.rounds
+        now = app.clock.now()
+        last = await rounds.marked_at(owner_id, GREETING_MARK)
+        cooldown = self._settings.schedule.startup_cooldown
+        if last is not None and now - last < cooldown:
+            log.info(
+                "daemon.greeting_skipped",
+                owner_id=owner_id,
+                reason="greeted_recently",
+                last_greeting_s_ago=round((now - last).total_seconds()),
+            )
+            return
+        # The mark is written before the round, so a restart storm that kills the
+        # process mid-round still cannot greet (or spend tokens) again.
+        await rounds.mark(owner_id, GREETING_MARK, now)
+        await self.run_round(owner_id, Trigger.STARTUP.value)
+
+    async def _greet_all(self, owners: Sequence[str]) -> None:
+        for owner_id in owners:
+            try:
+                await self._greet(owner_id)
+            except BackthinkError as exc:
+                log.warning("daemon.greeting_failed", owner_id=owner_id, error=str(exc))
+
+    async def _enabled(self) -> list[Owner]:
+        """The owners to serve now: the enabled ones, or those of them asked for."""
+        owners = await self._fleet.owners()
+        if self._only is not None:
+            owners = [o for o in owners if o.id in self._only]
+        # The default owner first: a poke without owner_id is for it.
+        return sorted(owners, key=lambda o: (o.id != self._settings.owner.id, o.id))
+
+    def _follow(self, owners: Sequence[Owner], now: datetime) -> None:
+        """Add, replace and remove heartbeat and cron jobs so they match `owners`."""
+        scheduler = self._scheduler
+        assert scheduler is not None
+        wanted = {o.id: o for o in owners}
+        for owner_id in [k for k in self._scheduled if wanted.get(k) != self._scheduled[k]]:
+            remove_owner_jobs(scheduler, owner_id)
+            del self._scheduled[owner_id]
+        spread = len(wanted) > 1
+        for owner_id, owner in wanted.items():
+            if owner_id in self._scheduled:
+                continue
+            try:
+                settings = self._fleet.settings_for(owner)
+            except BackthinkError as exc:
+                log.warning("daemon.owner_unscheduled", owner_id=owner_id, error=str(exc))
+                continue
+            first = now + settings.schedule.heartbeat * (phase(owner_id) if spread else 1.0)
+            add_owner_jobs(scheduler, owner_id, settings, self._job, first=first)
+            self._scheduled[owner_id] = owner
+        self._owners[:] = [o.id for o in owners if o.id in self._scheduled]
+
+    async def _refresh(self) -> None:
+        """Follow the owner table: owners added, changed, disabled or removed."""
+        try:
+            owners = await self._enabled()
+        except BackthinkError as exc:
+            log.warning("daemon.owners_unreadable", error=str(exc))
+            return
+        before = set(self._scheduled)
+        self._follow(owners, datetime.now(UTC))
+        added = set(self._scheduled) - before
+        if added or before - set(self._scheduled):
+            log.info("daemon.owners_changed", owners=len(self._scheduled), added=len(added))
+        if added and self._settings.schedule.startup_greeting:
+            await self._greet_all(sorted(added))
+
+    async def _watchdog(self, interval_s: float) -> None:
+        # Pinged from the event loop itself: a blocked loop stops the pings and
+        # systemd restarts the service.
+        while True:
+            self._notifier.notify("WATCHDOG=1")
+            await asyncio.sleep(interval_s)
+
+    async def run(self) -> int:
+        """Run until `request_stop`; return the exit code."""
+        s = self._settings
+        owners = await self._enabled()
+        model = self._fleet.model
+        first = await self._fleet.app(owners[0].id) if owners else None
+        log.info(
+            "daemon.started",
+            owners=len(owners),
+            heartbeat_s=s.schedule.heartbeat.total_seconds(),
+            quiet_heartbeat_s=s.schedule.quiet_heartbeat.total_seconds(),
+            cron=s.schedule.cron or None,
+            channels=first.thinker.connected() if first is not None else [],
+            model=s.model.name if model else None,
+        )
+        if model is None:
+            log.warning("daemon.model_missing", hint=MODEL_MISSING_HINT)
+        await self._fleet.resume(self._fleet.clock.now())
+        server = await poke.serve(s.daemon.socket, self.run_round, self._owners, status=self.status)
+        scheduler = self._scheduler = build_scheduler(s, [], self._job)
+        self._follow(owners, datetime.now(UTC))
+        web = None
+        if s.web.listen and self._owners:
+            # Imported here: without [web] listen the daemon never loads the page's modules.
+            from backthink.web import start_web
+
+            page_app = await self._fleet.app(self._owners[0])
+            web = await start_web(page_app, self._owners[0], live=self.status)
+        scheduler.add_job(
+            self._refresh,
+            "interval",
+            seconds=OWNER_REFRESH.total_seconds(),
+            id="owners",
+        )
+        scheduler.start()
+        helpers: list[asyncio.Task[None]] = []
+        if (interval := self._notifier.watchdog_interval_s) is not None:
+            helpers.append(asyncio.create_task(self._watchdog(interval)))
+        if s.schedule.startup_greeting:
+            helpers.append(asyncio.create_task(self._greet_all(list(self._owners))))
+        self._notifier.notify("READY=1", "STATUS=thinking on a heartbeat")
+        log.info("daemon.ready", socket=str(s.daemon.socket), next_heartbeat=_next_run(scheduler))
+
+        await self._stop.wait()
+        self._accepting = False
+        self._notifier.notify("STOPPING=1")
+        log.info("daemon.stopping", running_rounds=len(self._tasks))
+        scheduler.shutdown(wait=False)
+        server.close()
+        if web is not None:
+            await web.stop()
+        drained = await self._drain(s.daemon.drain_timeout)
+        for task in helpers:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*helpers, return_exceptions=True)
+        await server.wait_closed()
+        s.daemon.socket.unlink(missing_ok=True)
+        log.info(
+            "daemon.stopped",
+            rounds=sum(self._outcomes.values()),
+            outcomes=dict(self._outcomes) or None,
+            drained=drained,
+        )
+        return 0
+
+    async def _drain(self, limit: timedelta) -> bool:
+        """Wait a bounded time for running rounds; cancel what is left."""
+        if not self._tasks:
+            return True
+        _, pending = await asyncio.wait(set(self._tasks), timeout=limit.total_seconds())
+        for task in pending:
+            # A cancelled round records itself failed/interrupted; a committed outbox
+            # row stays, and the next start resumes its delivery.
+            task.cancel()
+        if pending:
+            # Long enough for the record to wait out a busy database, then the spill.
+            grace = self._settings.database.busy_timeout.total_seconds() + RECORD_GRACE_S
+            await asyncio.wait(pending, timeout=grace)
+        return not pending
+
+
+def build_scheduler(
+    settings: Settings, owners: Sequence[str], job: Callable[[str, str], Awaitable[None]]
+) -> AsyncIOScheduler:
+    """A scheduler with one heartbeat job per owner (slower in quiet hours) and one per cron line.
+
+    Every job coalesces missed runs, never overlaps itself, and may start up to
+    one heartbeat late; a run later than that is dropped, not bunched up.
+    `owners` are scheduled with `settings` as they are; the daemon adds each
+    owner's jobs with that owner's settings (`add_owner_jobs`).
+    """
+    grace = max(1, int(settings.schedule.heartbeat.total_seconds()))
+    scheduler = AsyncIOScheduler(
+        timezone=settings.owner.tz,
+        job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": grace},
+    )
+    for owner in owners:
+        add_owner_jobs(scheduler, owner, settings, job)
+    return scheduler
+
+
+def add_owner_jobs(
+    scheduler: AsyncIOScheduler,
+    owner_id: str,
+    settings: Settings,
+    job: Callable[[str, str], Awaitable[None]],
+    *,
+    first: datetime | None = None,
+) -> None:
+    """Add an owner's heartbeat (first at `first`, default one heartbeat on) and cron jobs.
+
+    Times follow the owner's time zone and quiet hours.
+    """
+    s = settings.schedule
+    tz = settings.owner.tz
+    trigger = HeartbeatTrigger(
+        heartbeat=s.heartbeat,
+        quiet_heartbeat=s.quiet_heartbeat,
+        quiet=settings.gate.quiet_hours,
+        tz=tz,
+        jitter=s.jitter,
+    )
+    extra: dict[str, Any] = {} if first is None else {"next_run_time": first}
+    scheduler.add_job(
+        job, trigger, args=(owner_id, Trigger.HEARTBEAT.value), id=f"heartbeat:{owner_id}", **extra
+    )
+    for i, expr in enumerate(s.cron):
+        scheduler.add_job(
+            job,
+            CronTrigger.from_crontab(expr, timezone=tz),
+            args=(owner_id, Trigger.CRON.value),
+            id=f"cron:{owner_id}:{i}",
+        )
+
+
+def remove_owner_jobs(scheduler: AsyncIOScheduler, owner_id: str) -> None:
+    """Remove an owner's heartbeat and cron jobs."""
+    for job in scheduler.get_jobs():
+        if job.id == f"heartbeat:{owner_id}" or job.id.startswith(f"cron:{owner_id}:"):
+            job.remove()
+
+
+def phase(owner_id: str) -> float:
+    """Where in the heartbeat an owner's first round falls, in (0, 1], the same at every start.
+
+    Owners' rounds spread over the interval instead of all falling at once.
+    """
+    return (zlib.crc32(owner_id.encode()) % 10_000 + 1) / 10_000
+
+
+def _next_run(scheduler: AsyncIOScheduler) -> str | None:
+    times = [job.next_run_time for job in scheduler.get_jobs() if job.next_run_time]
+    return min(times).isoformat() if times else None
+
+
+async def run_daemon(settings: Settings, *, owners: Sequence[str] | None = None) -> int:
+    """Open the fleet, run the daemon under SIGTERM/SIGINT handling, return the exit code.
+
+    `owners` limits it to those owners; None serves every enabled owner.
+
+    Raises:
+        ConfigError: the page would listen beyond loopback without a token.
+    """
+    settings.web.check_serving()
+    async with open_fleet(settings) as fleet:
+        settle_heap()
+        daemon = Daemon(fleet, owners)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, daemon.request_stop)
+        try:
+            return await daemon.run()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)

@@ -1,0 +1,280 @@
+"""`backthink poke`: a Unix socket through which other programs ask the daemon for a round now.
+
+Protocol: the client sends one JSON line `{"trigger": "...", "owner_id": "..."}`
+(owner optional) and reads one JSON line back: the round's summary
+(`round_id`, `trigger`, `outcome`, `reason`, `channel`, `decision`), or
+`{"error": "..."}`. A status request `{"status": true, "owner_id": "..."}`
+runs no round; it is answered with what only the running daemon knows
+(`{"running": true, "next_heartbeat", "channels"}`), for `backthink status`.
+The line is at most `MAX_REQUEST_BYTES`, the trigger at most
+`MAX_TRIGGER_CHARS`, and the owner one the daemon serves; every refusal
+is such an error object, never a dropped connection. The socket file is
+created with mode 0600, so only the daemon's own user can poke it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from backthink.errors import BackthinkError
+from backthink.records import RoundRecord
+
+log = structlog.get_logger("backthink.poke")
+
+MAX_REQUEST_BYTES = 16 * 1024  # bytes of the one request line
+MAX_TRIGGER_CHARS = 500  # characters; a trigger is one short line of text
+READ_TIMEOUT_S = 10.0  # seconds a client has to send its request line
+# bytes of an oversized request read and thrown away, so the client gets to read
+# its answer instead of a reset connection; past this the connection is closed
+DISCARD_MAX_BYTES = 64 * 1024 * 1024
+DISCARD_CHUNK = 64 * 1024  # bytes per read while discarding
+BAD_REQUEST = 'expected one JSON line like {"trigger": "..."}'
+PUBLIC_FIELDS = ("round_id", "trigger", "outcome", "reason", "channel", "decision")
+
+STATUS_TIMEOUT_S = 3.0  # seconds `backthink status` waits for the daemon's answer
+
+RunRound = Callable[[str, str], Awaitable[RoundRecord]]
+Status = Callable[[str], dict[str, Any]]
+
+
+class NoDaemonError(BackthinkError):
+    """No daemon listens on the socket."""
+
+
+async def serve(
+    path: Path, run_round: RunRound, owners: Sequence[str], *, status: Status | None = None
+) -> asyncio.Server:
+    """Listen on `path`; each request runs one round and answers with its summary.
+
+    Args:
+        path: the socket file.
+        run_round: runs one round for (owner, trigger).
+        owners: the owners rounds may run for, the default first; read at every
+            request, so the caller may change the list while serving.
+        status: answers a status request for an owner (None: status requests are refused).
+    """
+    allowed = owners
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            answer = await _serve_one(reader, run_round, allowed, status)
+            writer.write(json.dumps(answer, ensure_ascii=False).encode() + b"\n")
+            await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the client went away; its round (if any) is recorded anyway
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale(path)
+    old_umask = os.umask(0o177)
+    try:
+        server = await asyncio.start_unix_server(handle, path=str(path), limit=MAX_REQUEST_BYTES)
+    finally:
+        os.umask(old_umask)
+    return server
+
+
+async def _serve_one(
+    reader: asyncio.StreamReader, run_round: RunRound, owners: Sequence[str], status: Status | None
+) -> dict[str, Any]:
+    try:
+        line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT_S)
+    except TimeoutError:
+        return _refuse(f"no request line within {READ_TIMEOUT_S:g} s")
+    except ValueError:
+        # The line passed the stream's limit; the rest of it is still on its way.
+        await _discard_line(reader)
+        return _refuse(f"the request is longer than {MAX_REQUEST_BYTES} bytes")
+    asked = parse_status_request(line, owners)
+    if isinstance(asked, str):
+        return _refuse(asked)
+    if asked is not None:
+        if status is None:
+            return _refuse("this daemon does not answer status requests")
+        try:
+            return {"running": True, **status(asked.owner_id)}
+        except Exception:
+            log.exception("poke.status_crashed", owner_id=asked.owner_id)
+            return {"error": "internal error: no status"}
+    parsed = parse_request(line, owners)
+    if isinstance(parsed, str):
+        return _refuse(parsed)
+    owner, trigger = parsed
+    log.info("poke.received", owner_id=owner)
+    try:
+        record = await run_round(owner, trigger)
+    except BackthinkError as exc:
+        return {"error": str(exc)}
+    except Exception:
+        # run_round records its own failures; anything reaching here is a bug, and
+        # the client still gets an answer rather than a closed socket.
+        log.exception("poke.crashed", owner_id=owner)
+        return {"error": "internal error: the round could not run"}
+    summary = record.summary()
+    return {key: summary[key] for key in PUBLIC_FIELDS}
+
+
+def parse_request(line: bytes, owners: Sequence[str]) -> tuple[str, str] | str:
+    """Read one request line into (owner, trigger), or say why it is refused."""
+    try:
+        request = json.loads(line)
+    except ValueError:
+        return BAD_REQUEST
+    if not isinstance(request, dict) or not isinstance(request.get("trigger"), str):
+        return BAD_REQUEST
+    if not owners:
+        return "no owner is enabled"
+    owner = request.get("owner_id") or owners[0]
+    if not isinstance(owner, str):
+        return "owner_id must be a string"
+    if owner not in owners:
+        return f"unknown owner {owner[:64]!r}"
+    trigger = request["trigger"].strip()
+    problem = trigger_problem(trigger)
+    return (owner, trigger) if problem is None else problem
+
+
+def trigger_problem(trigger: str) -> str | None:
+    """Why a poke's trigger text is refused (empty, too long), or None when it may run."""
+    if not trigger.strip():
+        return "the trigger text is empty"
+    if len(trigger) > MAX_TRIGGER_CHARS:
+        return f"the trigger is longer than {MAX_TRIGGER_CHARS} characters"
+    return None
+
+
+@dataclass(frozen=True)
+class StatusRequest:
+    """A request for the daemon's status about one owner; it runs no round."""
+
+    owner_id: str
+
+
+def parse_status_request(line: bytes, owners: Sequence[str]) -> StatusRequest | str | None:
+    """Read a status request, say why it is refused, or None when the line is not one."""
+    try:
+        request = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(request, dict) or request.get("status") is not True:
+        return None
+    if not owners:
+        return "no owner is enabled"
+    owner = request.get("owner_id") or owners[0]
+    if not isinstance(owner, str):
+        return "owner_id must be a string"
+    if owner not in owners:
+        return f"unknown owner {owner[:64]!r}"
+    return StatusRequest(owner)
+
+
+async def _discard_line(reader: asyncio.StreamReader) -> None:
+    """Read and drop input up to the end of the current line, within bounds of size and time."""
+    left = DISCARD_MAX_BYTES
+    try:
+        async with asyncio.timeout(READ_TIMEOUT_S):
+            while left > 0:
+                chunk = await reader.read(DISCARD_CHUNK)
+                if not chunk or b"\n" in chunk:
+                    return
+                left -= len(chunk)
+    except TimeoutError:
+        return
+
+
+def _refuse(error: str) -> dict[str, Any]:
+    log.warning("poke.refused", error=error)
+    return {"error": error}
+
+
+def _remove_stale(path: Path) -> None:
+    """Remove a socket file left by a daemon that died; refuse when one still listens."""
+    if not path.exists():
+        return
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            path.unlink(missing_ok=True)
+            return
+    raise BackthinkError(f"another daemon is already listening on {path}")
+
+
+async def poke(
+    path: Path, trigger: str, *, owner_id: str | None, timeout_s: float
+) -> dict[str, Any]:
+    """Ask the daemon at `path` for a round now and return its answer.
+
+    Raises:
+        NoDaemonError: nothing listens on the socket.
+        BackthinkError: the daemon did not answer in time, or answered an error.
+    """
+    try:
+        reader, writer = await asyncio.open_unix_connection(str(path))
+    except (FileNotFoundError, ConnectionRefusedError):
+        raise NoDaemonError(f"no daemon is running (nothing listens on {path})") from None
+    try:
+        request = {"trigger": trigger, "owner_id": owner_id}
+        try:
+            writer.write(json.dumps(request, ensure_ascii=False).encode() + b"\n")
+            await writer.drain()
+            line = await asyncio.wait_for(reader.readline(), timeout_s)
+        except TimeoutError:
+            raise BackthinkError(f"the daemon did not answer within {timeout_s:.0f}s") from None
+        except (ConnectionError, ValueError) as exc:
+            raise BackthinkError(f"the daemon closed the connection: {exc}") from None
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+    if not line:
+        raise BackthinkError("the daemon closed the connection without an answer")
+    answer: dict[str, Any] = json.loads(line)
+    if "error" in answer:
+        raise BackthinkError(f"the daemon refused the poke: {answer['error']}")
+    return answer
+
+
+async def ask_status(
+    path: Path, *, owner_id: str | None, timeout_s: float
+) -> dict[str, Any] | None:
+    """Ask the daemon at `path` what only it knows about an owner; None when none answers.
+
+    A daemon that does not answer in time, or answers something else than a
+    status object, counts as not running: `backthink status` must not hang.
+    """
+    try:
+        async with asyncio.timeout(timeout_s):
+            reader, writer = await asyncio.open_unix_connection(str(path))
+            try:
+                request = {"status": True, "owner_id": owner_id}
+                writer.write(json.dumps(request, ensure_ascii=False).encode() + b"\n")
+                await writer.drain()
+                line = await reader.readline()
+            finally:
+                writer.close()
+                with contextlib.suppress(ConnectionError):
+                    await writer.wait_closed()
+    except (OSError, TimeoutError, ValueError):
+        return None
+    try:
+        answer = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(answer, dict) or answer.get("running") is not True:
+        log.debug("poke.status_refused", error=str(answer)[:200])
+        return None
+    return answer

@@ -1,0 +1,215 @@
+"""`backthink status`: is the daemon running, is the owner paused, how did the last round end.
+
+Most of the answer is in the database, shared by every process: the pause,
+the last round, the pending deliveries. Only the running daemon knows its
+next heartbeat and its channels' circuit breakers; it answers a status request
+on its socket. Without a daemon, a channel is "down" when its most recent
+delivery failed within `gate.channel_cooldown` (what the breaker would still
+hold), else "ok". The model endpoint is probed like `backthink check` does,
+within a few seconds and without retries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+from zoneinfo import ZoneInfo
+
+from backthink.config import ModelSettings, Settings, WebChannelSettings
+from backthink.errors import BackthinkError, ModelNotConfiguredError
+from backthink.host.poke import STATUS_TIMEOUT_S, ask_status
+from backthink.models import Outcome, Reason
+from backthink.records import RoundRecord
+from backthink.redact import redact_urls
+from backthink.round.pause import Pauses, PauseState
+from backthink.store import open_database
+
+if TYPE_CHECKING:
+    from backthink.model.client import OpenAIModelClient
+
+MODEL_TIMEOUT_S = 5.0  # seconds the model probe may take at most
+PENDING_SCAN = 1000  # pending deliveries counted at most; more than a few means trouble anyway
+RECENT_ROUNDS = 50  # rounds read back to judge the channels when no daemon runs
+NOT_CONFIGURED = "not configured"
+
+
+@dataclass(frozen=True)
+class Status:
+    """What `backthink status` shows about one owner."""
+
+    running: bool
+    pause: PauseState
+    next_heartbeat: datetime | None
+    last_round: RoundRecord | None
+    pending_deliveries: int
+    channels: dict[str, str] = field(default_factory=dict)
+    model: str = NOT_CONFIGURED
+
+    def to_json(self) -> dict[str, Any]:
+        """The `status --json` object; times ISO 8601 in UTC, null when there is none."""
+        last = self.last_round
+        return {
+            "running": self.running,
+            "paused": self.pause.paused,
+            "paused_until": _iso(self.pause.until),
+            "next_heartbeat": _iso(self.next_heartbeat),
+            "last_round": None
+            if last is None
+            else {
+                "outcome": last.outcome.value,
+                "reason": last.reason,
+                "at": _iso(last.started_at),
+            },
+            "pending_deliveries": self.pending_deliveries,
+            "channels": dict(self.channels),
+            "model": self.model,
+        }
+
+    def render(self, tz: ZoneInfo) -> str:
+        """Readable lines, times in the owner's time zone."""
+        daemon = "not running"
+        if self.running:
+            daemon = "running"
+            if self.next_heartbeat is not None:
+                daemon += f", next heartbeat {_local(self.next_heartbeat, tz)}"
+        last = self.last_round
+        rows = [
+            ("daemon", daemon),
+            ("pause", self.pause.describe(tz)),
+            (
+                "last round",
+                "none yet"
+                if last is None
+                else f"{last.outcome.value} / {last.reason} at {_local(last.started_at, tz)}",
+            ),
+            ("deliveries", f"{self.pending_deliveries} pending"),
+            (
+                "channels",
+                ", ".join(f"{name} {health}" for name, health in self.channels.items())
+                or "none configured",
+            ),
+            ("model", self.model),
+        ]
+        width = max(len(label) for label, _ in rows)
+        return "\n".join(f"{label.ljust(width)}  {value}" for label, value in rows)
+
+
+def offline_channels(
+    settings: Settings, recent: Sequence[RoundRecord], *, cooldown: timedelta, at: datetime
+) -> dict[str, str]:
+    """Channel health without a daemon: "down" when its latest delivery failed within `cooldown`.
+
+    Args:
+        settings: the configuration (its channels, in order).
+        recent: recent rounds of every owner, newest first (the breaker is per channel).
+        cooldown: how long a failed channel counts as down.
+        at: now.
+    """
+    health: dict[str, str] = {}
+    for name, channel in settings.channels.items():
+        if isinstance(channel, WebChannelSettings):
+            # The main session's write-back is its delivery; it cannot fail to send.
+            health[name] = "ok"
+            continue
+        latest = next((r for r in recent if r.channel == name), None)
+        failed = (
+            latest is not None
+            and latest.outcome is Outcome.FAILED
+            and latest.reason == Reason.DELIVERY_FAILED
+            and at - latest.finished_at < cooldown
+        )
+        health[name] = "down" if failed else "ok"
+    return health
+
+
+async def model_health(settings: ModelSettings, *, client: OpenAIModelClient | None = None) -> str:
+    """'ok', 'unreachable: <why>' or 'not configured'; within `MODEL_TIMEOUT_S`, no secrets.
+
+    `client` is an open client to probe with (the running daemon's own, so a
+    status request builds no new connection pool); without one, a quick client
+    without retries is opened for the probe.
+    """
+    # Imported here: the openai SDK is slow to import, and only this check needs it.
+    from backthink.model.client import OpenAIModelClient
+
+    if settings.base_url is None:
+        return NOT_CONFIGURED
+    timeout_s = min(settings.timeout_s, MODEL_TIMEOUT_S)
+    quick = settings.model_copy(update={"timeout_s": timeout_s, "max_retries": 0})
+    try:
+        async with asyncio.timeout(timeout_s + 1):
+            if client is not None:
+                await client.probe()
+            else:
+                async with OpenAIModelClient(quick) as own:
+                    await own.probe()
+    except ModelNotConfiguredError:
+        return NOT_CONFIGURED
+    except TimeoutError:
+        return f"unreachable: no answer within {timeout_s:g} s"
+    except BackthinkError as exc:
+        return f"unreachable: {redact_urls(str(exc))}"
+    return "ok"
+
+
+async def gather(settings: Settings, owner_id: str, *, at: datetime) -> Status:
+    """Collect the status of one owner from the database, the daemon's socket and the model.
+
+    Raises:
+        StoreError: the database cannot be read.
+    """
+    socket = settings.daemon.socket
+    live, model = await asyncio.gather(
+        ask_status(socket, owner_id=owner_id, timeout_s=STATUS_TIMEOUT_S),
+        model_health(settings.model),
+    )
+    async with open_database(settings.database) as store:
+        pause = await Pauses(store.rounds).state(owner_id, at)
+        last = await store.rounds.list(owner_id=owner_id, limit=1)
+        pending = await store.outbox.pending(limit=PENDING_SCAN)
+        recent = [] if live is not None else await store.rounds.list(limit=RECENT_ROUNDS)
+    if live is not None:
+        channels = _health_map(live.get("channels"))
+        next_heartbeat = _parse_time(live.get("next_heartbeat"))
+    else:
+        channels = offline_channels(
+            settings, recent, cooldown=settings.gate.channel_cooldown, at=at
+        )
+        next_heartbeat = None
+    return Status(
+        running=live is not None,
+        pause=pause,
+        next_heartbeat=next_heartbeat,
+        last_round=last[0] if last else None,
+        pending_deliveries=sum(1 for d in pending if d.owner_id == owner_id),
+        channels=channels,
+        model=model,
+    )
+
+
+def _health_map(value: object) -> dict[str, str]:
+    """The daemon's channel map, typed at the edge; anything else is "down"."""
+    if not isinstance(value, Mapping):
+        return {}
+    return {str(k): "ok" if v == "ok" else "down" for k, v in value.items()}
+
+
+def _parse_time(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(UTC).isoformat()
+
+
+def _local(value: datetime, tz: ZoneInfo) -> str:
+    return value.astimezone(tz).strftime("%Y-%m-%d %H:%M:%S %Z")

@@ -1,0 +1,4 @@
+"""What a round remembers.
+
+Recall's terms and scores, the memory block of the request, the journal of thoughts.
+"""

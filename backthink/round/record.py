@@ -1,0 +1,272 @@
+"""The record of a round: one row in the audit log and one canonical log line, always.
+
+`Recorder.save` is the only place a round record is written, whether the
+round just ended or its delivery was finished by the next start. A record the
+database refuses (locked past the busy timeout, read-only, deleted) is kept in
+an append-only spill file beside the database and written in at the next chance.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import TextIO
+
+import structlog
+from pydantic import ValidationError
+
+from backthink.delivery.dispatcher import DeliveryResult
+from backthink.errors import StoreError
+from backthink.models import Decision, MemoryRef, Outcome, Reason, Trigger
+from backthink.ports import RoundStore
+from backthink.records import Delivery, ModelReply, RoundRecord, ToolUse
+
+log = structlog.get_logger("backthink.round")
+
+RESUMED_NOTE = "delivery completed after a restart"
+INTERRUPTED_NOTE = "cut off by shutdown before it ended"
+UNKNOWN_TRIGGER = "unknown"  # a delivery row from before rows named their trigger
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a round ended, with what it learned on the way."""
+
+    outcome: Outcome
+    reason: str
+    decision: Decision | None = None
+    reply: ModelReply | None = None
+    channel: str | None = None
+    notes: tuple[str, ...] = ()
+    tools: tuple[ToolUse, ...] = ()
+    recalled: tuple[MemoryRef, ...] = ()
+
+    def ended(self, outcome: Outcome, reason: str, *, note: str | None = None) -> Ending:
+        """This round's knowledge, ending as `outcome`/`reason`, with one more note if given."""
+        notes = self.notes if note is None else (*self.notes, note)
+        return replace(self, outcome=outcome, reason=reason, notes=notes)
+
+
+@dataclass(frozen=True)
+class RoundStart:
+    """The identity of a round, fixed when it starts."""
+
+    id: str
+    owner_id: str
+    trigger: str
+    started: datetime
+
+
+def round_record(start: RoundStart, ending: Ending, *, finished: datetime) -> RoundRecord:
+    """The audit record of a round that ran in this process."""
+    decision, reply = ending.decision, ending.reply
+    return RoundRecord(
+        id=start.id,
+        owner_id=start.owner_id,
+        trigger=start.trigger,
+        started_at=start.started,
+        finished_at=finished,
+        outcome=ending.outcome,
+        reason=ending.reason,
+        push=decision.push if decision else None,
+        urgency=decision.urgency if decision else None,
+        decided_channel=decision.channel if decision else None,
+        body=decision.body if decision and decision.body else None,
+        channel=ending.channel,
+        model=reply.model if reply else None,
+        prompt_tokens=reply.prompt_tokens if reply else None,
+        completion_tokens=reply.completion_tokens if reply else None,
+        latency_ms=reply.latency_ms if reply else None,
+        raw_reply=reply.text if reply else None,
+        notes=list(ending.notes),
+        tools=list(ending.tools),
+        recalled=list(ending.recalled),
+    )
+
+
+def resumed_record(
+    delivery: Delivery, result: DeliveryResult, *, finished: datetime
+) -> RoundRecord:
+    """The record of a round whose process died before recording it, from its outbox row.
+
+    The row holds what was sent and where; the model's cost died with the process.
+    """
+    notes = [RESUMED_NOTE] + ([result.error] if result.error else [])
+    return RoundRecord(
+        id=delivery.id,
+        owner_id=delivery.owner_id,
+        trigger=delivery.trigger or UNKNOWN_TRIGGER,
+        started_at=delivery.created_at,
+        finished_at=finished,
+        outcome=Outcome.DELIVERED if result.sent else Outcome.FAILED,
+        reason=delivery.channel if result.sent else Reason.DELIVERY_FAILED,
+        push=True,
+        urgency=delivery.message.urgency,
+        body=delivery.message.text,
+        channel=delivery.channel,
+        notes=notes,
+    )
+
+
+class Spill:
+    """Round records the database refused, one JSON line each, until it takes them.
+
+    Appends are serialised between processes with an advisory lock; a drain
+    first claims the whole file by renaming it, so two processes never write
+    the same records in, and no lock is held while the database is awaited.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def append(self, record: RoundRecord) -> None:
+        """Add one record durably (flushed and synced before returning).
+
+        Raises:
+            OSError: the file cannot be written either.
+        """
+        with self._open() as out:
+            fcntl.flock(out, fcntl.LOCK_EX)
+            out.write(record.model_dump_json() + "\n")
+            out.flush()
+            os.fsync(out.fileno())
+
+    def _open(self) -> TextIO:
+        # Records hold raw replies: private, so readable by the daemon's user only.
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        return os.fdopen(fd, "a", encoding="utf-8")
+
+    def waiting(self) -> bool:
+        """Whether records wait to be written in (a cheap check, done after every save)."""
+        return self.path.exists()
+
+    async def drain(self, rounds: RoundStore) -> int:
+        """Write every waiting record into `rounds`; return how many were written.
+
+        A record already stored is skipped; when the database fails again the
+        records not yet written go back into the spill.
+        """
+        claimed = self.path.with_name(f"{self.path.name}.{os.getpid()}.draining")
+        self._adopt_orphans(claimed)
+        try:
+            os.replace(self.path, claimed)
+        except FileNotFoundError:
+            if not claimed.exists():
+                return 0
+        lines = claimed.read_text(encoding="utf-8").splitlines()
+        written = 0
+        for i, line in enumerate(lines):
+            try:
+                record = RoundRecord.model_validate_json(line)
+            except ValidationError:
+                log.error("round.spill_unreadable", line=i + 1)
+                continue
+            try:
+                if await rounds.get(record.id) is None:
+                    await rounds.save(record)
+                    written += 1
+            except StoreError:
+                for rest in lines[i:]:
+                    self._put_back(rest)
+                break
+        claimed.unlink()
+        if written:
+            log.info("round.spill_written", count=written)
+        return written
+
+    def _adopt_orphans(self, claimed: Path) -> None:
+        """Take over records a process claimed and died with before writing them in."""
+        for other in self.path.parent.glob(f"{self.path.name}.*.draining"):
+            pid = other.name.removeprefix(f"{self.path.name}.").removesuffix(".draining")
+            if other == claimed or not pid.isdigit() or _alive(int(pid)):
+                continue
+            with other.open(encoding="utf-8") as orphan:
+                for line in orphan.read().splitlines():
+                    self._put_back(line)
+            other.unlink()
+
+    def _put_back(self, line: str) -> None:
+        with self._open() as out:
+            fcntl.flock(out, fcntl.LOCK_EX)
+            out.write(line + "\n")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process is alive
+    return True
+
+
+class Recorder:
+    """Writes round records and the one `round.finished` line of each round."""
+
+    def __init__(self, rounds: RoundStore, *, spill: Spill | None = None) -> None:
+        self._rounds = rounds
+        self._spill = spill
+
+    async def save(self, record: RoundRecord) -> bool:
+        """Store the record and log the round's canonical line; False when it went to the spill.
+
+        A failed save is logged and spilled, never raised: the round has ended either way.
+        """
+        saved = True
+        try:
+            await self._rounds.save(record)
+        except StoreError as exc:
+            saved = False
+            self._keep(record, exc)
+        else:
+            await self.drain()
+        log.info(
+            "round.finished",
+            # A poke's trigger is its own free text: only its kind is logged.
+            trigger=Trigger.of(record.trigger).value,
+            outcome=record.outcome.value,
+            reason=str(record.reason),
+            channel=record.channel,
+            urgency=record.urgency.value if record.urgency else None,
+            latency_ms=record.latency_ms,
+            prompt_tokens=record.prompt_tokens,
+            completion_tokens=record.completion_tokens,
+            notes=record.notes or None,
+            # Tool names only: arguments and results may hold the owner's private text.
+            tools=[use.name for use in record.tools] or None,
+        )
+        return saved
+
+    async def drain(self, *, thorough: bool = False) -> int:
+        """Write in the records the database refused earlier, if any; never raises.
+
+        After a save only the spill file itself is looked for; `thorough` (at
+        start) also takes over what a crashed process had claimed.
+        """
+        if self._spill is None or not (thorough or self._spill.waiting()):
+            return 0
+        try:
+            return await self._spill.drain(self._rounds)
+        except OSError as exc:
+            log.error("round.spill_failed", error=exc.strerror or type(exc).__name__)
+            return 0
+
+    def _keep(self, record: RoundRecord, exc: StoreError) -> None:
+        if self._spill is None:
+            log.error("round.record_failed", error=str(exc), kept=False)
+            return
+        try:
+            self._spill.append(record)
+        except OSError as spill_exc:
+            log.error(
+                "round.record_failed",
+                error=str(exc),
+                kept=False,
+                spill_error=spill_exc.strerror or type(spill_exc).__name__,
+            )
+            return
+        log.error("round.record_failed", error=str(exc), kept=True, spill=str(self._spill.path))

@@ -1,0 +1,161 @@
+"""The request of one round: persona, attributed history, and the instruction prompt.
+
+Built from data the round already read (the recent messages) and one state
+snapshot, so `think --dry-run` shows byte for byte what a round would send.
+The whole request keeps within `prompt.max_chars`: each message is cut to
+`prompt.message_chars`, and the oldest history goes first, never the persona
+prompt nor the instruction prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from backthink.config import Settings
+from backthink.memory.block import MemoryBlock, render_memory_block
+from backthink.models import MemoryRef, Message, StateReading, Trigger
+from backthink.ports import StateProvider
+from backthink.records import ModelMessage
+from backthink.round.budget import cut_text, fit_history
+from backthink.round.context import conversation
+from backthink.round.prompts import PromptBook, owner_display_name, render_prompt
+
+
+@dataclass(frozen=True)
+class Request:
+    """The exact messages of one model round and what was learned building them."""
+
+    messages: list[ModelMessage]
+    state: StateReading
+    recent: list[Message] = field(default_factory=list)
+    """The history as the model sees it: the messages kept, each cut to its budget."""
+    notes: list[str] = field(default_factory=list)
+
+    trigger: str = ""
+    memory: MemoryBlock = field(default_factory=MemoryBlock)
+    """The thoughts and recalled items read for the round."""
+    recalled: list[MemoryRef] = field(default_factory=list)
+    """Which of them the instruction prompt shows, within its budget."""
+
+    @property
+    def prompt(self) -> str:
+        """The instruction prompt: the request's last message."""
+        return self.messages[-1].text
+
+    def untrusted(self) -> list[str]:
+        """Every outside text the request carries, for the echo guard.
+
+        The owner's messages, a poke's trigger text, the state file's strings
+        and the memory block's texts (a memory may be anyone's words, a thought
+        is private): a reply whose body or footer is taken from any of them is
+        an echo, never the companion's own decision.
+        """
+        texts = [m.text for m in self.recent if m.role != "assistant"]
+        texts.extend(self.memory.texts())
+        if Trigger.of(self.trigger) is Trigger.POKE:
+            texts.append(self.trigger)
+        state = self.state.state
+        if state is not None:
+            texts.extend(state.notes)
+            texts.extend(item.title for item in state.schedule)
+            texts.extend(str(value) for value in state.device.values())
+        return texts
+
+
+# The persona prompt may take this share of prompt.max_chars; the rest is left to the
+# history and the instruction prompt, so a runaway persona file cannot crowd them out.
+PERSONA_SHARE = 4  # one quarter
+
+
+class RequestBuilder:
+    """Assembles requests for one persona and one set of templates."""
+
+    def __init__(
+        self, settings: Settings, *, prompts: PromptBook, persona_prompt: str, state: StateProvider
+    ) -> None:
+        self._settings = settings
+        self._prompts = prompts
+        persona = persona_prompt.strip()
+        limit = settings.prompt.max_chars // PERSONA_SHARE
+        self._persona_prompt, cut = cut_text(persona, limit, settings.prompt.language)
+        self._persona_note = (
+            f"persona_prompt_cut: kept {limit} of {len(persona)} characters" if cut else None
+        )
+        self._state = state
+
+    def build(
+        self,
+        recent: Sequence[Message],
+        trigger: str,
+        at: datetime,
+        *,
+        memory: MemoryBlock | None = None,
+    ) -> Request:
+        """Take the state snapshot once and assemble the request around `recent`.
+
+        `memory` (the journal and the recalled items) goes into the instruction
+        prompt after its template, next to the state block.
+        """
+        memory = memory if memory is not None else MemoryBlock()
+        reading = self._state.read(at)
+        notes = [] if reading.problem is None or reading.problem.expected else [reading.note or ""]
+        s = self._settings
+        shown = render_memory_block(
+            memory,
+            tz=s.owner.tz,
+            language=s.prompt.language,
+            max_chars=s.memory.max_chars,
+            recall=s.memory.recall,
+        )
+        prompt = render_prompt(
+            self._prompts,
+            trigger=trigger,
+            at=at,
+            tz=s.owner.tz,
+            state=reading.state,
+            channels=list(s.channels),
+            persona_name=s.persona.name or s.persona.id,
+            owner_name=owner_display_name(s.owner.name, s.prompt.language),
+            memory=shown.text,
+            output=s.model.output,
+        )
+        notes.extend(memory.notes)
+        if self._persona_note is not None:
+            notes.append(self._persona_note)
+        fixed = len(self._persona_prompt) + len(prompt)
+        if fixed > s.prompt.max_chars:
+            notes.append(
+                f"request_over_budget: the persona and instruction prompts alone take {fixed} "
+                f"of prompt.max_chars = {s.prompt.max_chars} characters"
+            )
+        history = fit_history(
+            recent,
+            budget=s.prompt.max_chars - fixed,
+            message_chars=s.prompt.message_chars,
+            language=s.prompt.language,
+            render=lambda kept: conversation(
+                kept,
+                persona_id=s.persona.id,
+                names={s.persona.id: s.persona.name},
+                language=s.prompt.language,
+                tz=s.owner.tz,
+            ),
+        )
+        if history.note is not None:
+            notes.append(history.note)
+        messages: list[ModelMessage] = []
+        if self._persona_prompt:
+            messages.append(ModelMessage(role="system", text=self._persona_prompt))
+        messages.extend(history.messages)
+        messages.append(ModelMessage(role="user", text=prompt))
+        return Request(
+            messages=messages,
+            state=reading,
+            recent=history.kept,
+            notes=notes,
+            trigger=trigger,
+            memory=memory,
+            recalled=shown.shown,
+        )
