@@ -287,6 +287,14 @@ class ModelClient(Protocol):
         """
         ...
 
+    async def probe(self) -> str:
+        """Check that the endpoint answers; one short line saying what it said.
+
+        Raises:
+            ModelError: it does not answer, or not as an endpoint should.
+        """
+        ...
+
 
 class Channel(Protocol):
     """One place outside the main session a message can reach the owner (a webhook, a chat app).

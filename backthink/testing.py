@@ -145,6 +145,10 @@ class ScriptedModel:
             latency_ms=0.0,
         )
 
+    async def probe(self) -> str:
+        """A scripted model always answers."""
+        return f"scripted model {self._name!r}"
+
     def assert_complete(self) -> None:
         """Fail when scripted replies were never asked for."""
         if self._script:

@@ -102,7 +102,7 @@ def _build(url: str, load: Load, start: datetime) -> None:
     import psycopg
 
     from backthink.config import DatabaseSettings
-    from backthink.host.worker import conninfo
+    from backthink.host.queue import conninfo
     from backthink.store import open_database
 
     async def migrate() -> None:
@@ -142,7 +142,7 @@ def _postgres_cpu(server: PgServer) -> float:
 def _rounds(url: str) -> list[tuple[datetime, datetime, datetime | None, str]]:
     import psycopg
 
-    from backthink.host.worker import conninfo
+    from backthink.host.queue import conninfo
     from backthink.round.thinker import SLOT_NOTE
 
     with psycopg.connect(conninfo(url)) as conn:

@@ -29,6 +29,38 @@ OPEN_GATE: dict[str, object] = {"quiet_hours": ""}
 CLI_TIMEOUT_S = 60  # seconds for one command-line run
 
 
+# The real user's folders that backthink reads and writes by default; no test may touch them.
+REAL_FOLDERS = (
+    Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "backthink",
+    Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local/state") / "backthink",
+)
+
+
+def _snapshot(folder: Path) -> dict[str, float]:
+    if not folder.exists():
+        return {}
+    return {str(p): p.stat().st_mtime for p in folder.rglob("*")}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def real_home_untouched() -> Iterator[None]:
+    """The suite ends with the real user's config and state folders as it found them."""
+    before = {folder: _snapshot(folder) for folder in REAL_FOLDERS}
+    yield
+    for folder, seen in before.items():
+        assert _snapshot(folder) == seen, f"a test wrote into the real user's {folder}"
+
+
+@pytest.fixture(autouse=True)
+def private_folders(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every test (and every process it starts) finds its config and state folders in tmp."""
+    home = tmp_path_factory.mktemp("xdg")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
+
+
 @pytest.fixture(scope="session")
 def fake_server() -> Iterator[FakeOpenAI]:
     """One fake endpoint per test session."""
@@ -102,6 +134,9 @@ dir = "{ROOT / "backthink/prompts"}"
 
 [state]
 file = "{self.path / "state.json"}"
+
+[daemon]
+socket = "{self.path / "bt.sock"}"
 
 [gate]
 {gate_lines}

@@ -20,13 +20,8 @@ from mcp_calendar import LONG_NAME
 
 from backthink.config import McpServerSettings
 from backthink.tools import Tool, ToolError
-from backthink.tools.mcp import (
-    McpTool,
-    clean_schema,
-    offered_name,
-    open_mcp_tools,
-    render_result,
-)
+from backthink.tools.mcp import McpTool, open_mcp_tools
+from backthink.tools.mcp_shapes import clean_schema, offered_name, render_result
 
 CALENDAR = str(Path(__file__).with_name("mcp_calendar.py"))
 START_S = 30.0  # seconds for a server to start on a busy machine; Python imports dominate

@@ -190,9 +190,9 @@ async def test_the_daemon_schedules_every_owner_spread_and_follows_the_table(
         running = asyncio.create_task(daemon.run())
         try:
             async with asyncio.timeout(10):
-                while daemon.status("bo")["next_heartbeat"] is None:  # noqa: ASYNC110
+                while daemon.status("bo").next_heartbeat is None:  # noqa: ASYNC110
                     await asyncio.sleep(0.01)
-            times = {o: daemon.status(o)["next_heartbeat"] for o in ("o", "ana", "bo")}
+            times = {o: daemon.status(o).next_heartbeat for o in ("o", "ana", "bo")}
             assert len(set(times.values())) == 3  # spread over the heartbeat, not all at once
             assert phase("ana") == phase("ana") and 0 < phase("ana") <= 1
             scheduler = daemon._scheduler
@@ -202,10 +202,10 @@ async def test_the_daemon_schedules_every_owner_spread_and_follows_the_table(
             # An owner added while it runs is scheduled at the next look at the table.
             await fleet._owners.put(Owner(id="cy", timezone="Asia/Tokyo"), at=T0)
             await daemon._refresh()
-            assert daemon.status("cy")["next_heartbeat"] is not None
+            assert daemon.status("cy").next_heartbeat is not None
             await fleet._owners.put(Owner(id="cy", enabled=False), at=T0)
             await daemon._refresh()
-            assert daemon.status("cy")["next_heartbeat"] is None
+            assert daemon.status("cy").next_heartbeat is None
         finally:
             daemon.request_stop()
             await running

@@ -16,6 +16,7 @@ from fake_openai import FakeOpenAI
 from backthink.config import Settings
 from backthink.errors import InputError
 from backthink.host import poke
+from backthink.host.live import LiveStatus
 from backthink.models import Outcome, Reason
 from backthink.round.pause import FOREVER, Pauses, PauseState, parse_pause_duration, pause_state
 from backthink.store import open_store
@@ -135,9 +136,9 @@ async def test_the_socket_answers_status_requests_without_a_round(tmp_path: Path
     assert await poke.ask_status(path, owner_id=None, timeout_s=TIMEOUT_S) is None
     asked: list[str] = []
 
-    def status(owner_id: str) -> dict[str, Any]:
+    def status(owner_id: str) -> LiveStatus:
         asked.append(owner_id)
-        return {"next_heartbeat": T0.isoformat(), "channels": {"web": "ok"}}
+        return LiveStatus(T0, {"web": "ok"})
 
     async def no_round(owner_id: str, trigger: str) -> Any:
         raise AssertionError("a status request must not run a round")

@@ -128,13 +128,13 @@ def test_an_unknown_owner_on_the_command_line_is_a_usage_error(
 
 def test_a_daemon_with_no_enabled_owner_refuses_pokes_in_words() -> None:
     """Every owner disabled: a poke or a status request is refused, never a crash."""
-    assert poke.parse_request(b'{"trigger": "hi"}', []) == "no owner is enabled"
-    assert poke.parse_status_request(b'{"status": true}', []) == "no owner is enabled"
+    assert poke.read_request(b'{"trigger": "hi"}', []) == "no owner is enabled"
+    assert poke.read_request(b'{"status": true}', []) == "no owner is enabled"
 
 
 def test_a_queued_poke_refuses_the_triggers_the_socket_refuses() -> None:
     """The workers' poke (no daemon, PostgreSQL) checks its text as the daemon's socket does."""
-    from backthink.host.worker import poke_queued
+    from backthink.host.queue import poke_queued
 
     settings = Settings.model_validate({"database": {"url": "postgresql://nobody@127.0.0.1:9/x"}})
     for text, problem in [("  ", "empty"), ("x" * (poke.MAX_TRIGGER_CHARS + 1), "longer")]:

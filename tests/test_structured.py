@@ -40,7 +40,8 @@ from backthink.decision.structured import (
     response_format,
 )
 from backthink.errors import ModelError
-from backthink.model.client import OpenAIModelClient, request_body
+from backthink.model.body import request_body
+from backthink.model.client import OpenAIModelClient
 from backthink.models import MemoryKind, Outcome, Reason, Urgency
 from backthink.records import ModelMessage
 from backthink.round.prompts import PromptBook, render_prompt

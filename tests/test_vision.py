@@ -13,7 +13,8 @@ from conftest import Workdir
 from fake_openai import Fail, FakeOpenAI
 
 from backthink.config import Settings
-from backthink.model.client import IMAGE_PLACEHOLDER, OpenAIModelClient
+from backthink.model.body import IMAGE_PLACEHOLDER
+from backthink.model.client import OpenAIModelClient
 from backthink.models import Message, Outcome
 from backthink.testing import FakeClock, MemoryMessageStore, Rig, make_rig
 

@@ -26,7 +26,7 @@ from conftest import ROOT
 from fake_openai import FakeOpenAI, Reply
 
 from backthink.config import Settings
-from backthink.host.worker import STALLED_S
+from backthink.host.queue import STALLED_S
 from backthink.records import RoundRecord
 from backthink.round.thinker import SLOT_NOTE
 from backthink.store import open_database
@@ -142,7 +142,7 @@ def wait_until_all_busy(url: str, timeout_s: float = 30.0) -> None:
     """Wait until each of the WORKERS workers is running at least one round."""
     import psycopg
 
-    from backthink.host.worker import ROUND_TASK, conninfo
+    from backthink.host.queue import ROUND_TASK, conninfo
 
     deadline = time.monotonic() + timeout_s
     with psycopg.connect(conninfo(url), autocommit=True) as conn:
@@ -162,7 +162,7 @@ def jobs_left(url: str) -> dict[str, int]:
     """Round jobs still in the queue, by status (successful ones are deleted)."""
     import psycopg
 
-    from backthink.host.worker import ROUND_TASK, conninfo
+    from backthink.host.queue import ROUND_TASK, conninfo
 
     with psycopg.connect(conninfo(url)) as conn:
         rows = conn.execute(
@@ -239,7 +239,8 @@ def test_a_sweep_passes_over_an_owner_row_it_cannot_read(pg_url: str) -> None:
     from sqlalchemy import text
 
     from backthink.host.fleet import open_fleet
-    from backthink.host.worker import ROUND_TASK, Queue, apply_schema, queue_app
+    from backthink.host.queue import ROUND_TASK, Queue, apply_schema, queue_app
+    from backthink.store import create_engine
 
     settings = Settings.model_validate(
         {
@@ -253,26 +254,29 @@ def test_a_sweep_passes_over_an_owner_row_it_cannot_read(pg_url: str) -> None:
 
     async def sweep() -> None:
         async with open_fleet(settings, model=None) as fleet:
-            assert fleet.engine is not None
-            async with fleet.engine.begin() as conn:
-                await conn.execute(
-                    text(
-                        "INSERT INTO owner (id, name, timezone, channels, gate, enabled, source,"
-                        " updated_at) VALUES ('bad', '', 'Mars/Olympus', '{}', '{}', true,"
-                        " 'cli', now())"
+            engine = create_engine(pg_url)
+            try:
+                async with engine.begin() as conn:
+                    await conn.execute(
+                        text(
+                            "INSERT INTO owner (id, name, timezone, channels, gate, enabled,"
+                            " source, updated_at) VALUES ('bad', '', 'Mars/Olympus', '{}', '{}',"
+                            " true, 'cli', now())"
+                        )
                     )
-                )
+            finally:
+                await engine.dispose()
             app = queue_app(pg_url)
-            await apply_schema(app, fleet.engine)
+            await apply_schema(fleet.claims)
             async with app.open_async():
-                queue = Queue(fleet, fleet.engine, app)
+                queue = Queue(fleet, fleet.claims, app)
                 await queue.sweep(at)  # every owner gets its first due time
                 await queue.sweep(at + timedelta(seconds=20))  # 'o' is due now
 
     asyncio.run(sweep())
     import psycopg
 
-    from backthink.host.worker import conninfo
+    from backthink.host.queue import conninfo
 
     with psycopg.connect(conninfo(pg_url)) as conn:
         rows = conn.execute(

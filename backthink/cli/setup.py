@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from backthink.config import paths
+from backthink.cli.common import Context, run_sync
+from backthink.config import paths, resolve_config_path
 from backthink.errors import BackthinkError, InputError
 from backthink.models import Language
 
@@ -265,3 +266,19 @@ def _daemon_status(ctx: typer.Context) -> tuple[tuple[Status, ZoneInfo] | None, 
     except BackthinkError as exc:
         return None, str(exc)
     return (found, settings.owner.tz), ""
+
+
+def check(ctx: typer.Context) -> None:
+    """Validate config, prompts, database and model endpoint; exit 1 on the first problem."""
+    from backthink.host.checks import run_checks
+
+    c: Context = ctx.obj
+    settings = c.settings()
+    where = resolve_config_path(c.config, os.environ)
+    typer.echo(f"ok  config: {where or 'built-in defaults'}")
+
+    async def go() -> None:
+        async for line in run_checks(settings):
+            typer.echo(f"ok  {line}")
+
+    run_sync(go())

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import signal
-import zlib
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
@@ -25,16 +23,31 @@ from backthink.config import Settings
 from backthink.errors import BackthinkError
 from backthink.host import poke
 from backthink.host.app import MODEL_MISSING_HINT, settle_heap
-from backthink.host.fleet import open_fleet
+from backthink.host.fleet import Fleet, open_fleet
+from backthink.host.live import Live, LiveStatus
 from backthink.host.notify import Notifier
-from backthink.host.schedule import HeartbeatTrigger
+from backthink.host.process import on_stop_signals, start_watchdog
+from backthink.host.schedule import HeartbeatTrigger, phase
 from backthink.models import Owner, Trigger
 from backthink.records import RoundRecord
 
-if TYPE_CHECKING:
-    from backthink.host.fleet import Fleet
-
 log = structlog.get_logger("backthink.daemon")
+
+
+class StoppingError(BackthinkError):
+    """The daemon is shutting down and starts no new round."""
+
+
+class Doors(Protocol):
+    """The daemon's open HTTP doors."""
+
+    async def stop(self) -> None:
+        """Stop serving; open connections get a short grace."""
+        ...
+
+
+OpenDoors = Callable[[Fleet, list[str], Live], Awaitable[Doors]]
+"""Opens the doors over the fleet for its owners (the default one first)."""
 
 GREETING_MARK = "startup_greeting"
 RECORD_GRACE_S = 5.0  # seconds a cut-off round gets to record itself, past the busy timeout
@@ -50,8 +63,12 @@ class Daemon:
         owners: Sequence[str] | None = None,
         *,
         notifier: Notifier | None = None,
+        doors: OpenDoors | None = None,
     ) -> None:
-        """Serve `owners`, or (None) every enabled owner, following the owner table."""
+        """Serve `owners`, or (None) every enabled owner, following the owner table.
+
+        `doors` opens the daemon's HTTP doors (the page) once it is scheduling.
+        """
         self._fleet = fleet
         self._settings = fleet.settings
         self._only = list(owners) if owners is not None else None
@@ -66,18 +83,25 @@ class Daemon:
         # and each taking ever longer (and holding memory) while the model is slow.
         self._slots = asyncio.Semaphore(self._settings.daemon.max_concurrent_rounds)
         self._scheduler: AsyncIOScheduler | None = None
+        self._open_doors = doors
 
     def request_stop(self) -> None:
         """Stop taking new rounds and begin shutting down (SIGTERM, SIGINT)."""
         self._stop.set()
 
     async def run_round(self, owner_id: str, trigger: str) -> RoundRecord:
-        """Run one round as a tracked task, so shutdown can wait for it."""
+        """Run one round as a tracked task, so shutdown can wait for it.
+
+        Raises:
+            StoppingError: the daemon is shutting down and takes no new round.
+            BackthinkError: the owner's app cannot be wired (no such owner, bad
+                settings, the database unreadable); no round started.
+        """
         if not self._accepting:
-            raise BackthinkError("the daemon is stopping")
+            raise StoppingError("the daemon is stopping")
         async with self._slots:
             if not self._accepting:
-                raise BackthinkError("the daemon is stopping")
+                raise StoppingError("the daemon is stopping")
             app = await self._fleet.app(owner_id)
             task = asyncio.create_task(app.thinker.run_round(owner_id, trigger))
             self._tasks.add(task)
@@ -86,21 +110,26 @@ class Daemon:
         self._outcomes[record.outcome.value] += 1
         return record
 
-    def status(self, owner_id: str) -> dict[str, Any]:
+    def status(self, owner_id: str) -> LiveStatus:
         """What only the running daemon knows: the owner's next heartbeat, the channels' health."""
         job = self._scheduler.get_job(f"heartbeat:{owner_id}") if self._scheduler else None
         at = job.next_run_time if job is not None else None
         app = self._fleet.cached(owner_id)
-        return {
-            "next_heartbeat": at.astimezone(UTC).isoformat() if at is not None else None,
-            "channels": app.dispatcher.health() if app is not None else {},
-        }
+        return LiveStatus(at, app.dispatcher.health() if app is not None else {})
 
     async def _job(self, owner_id: str, trigger: str) -> None:
-        if self._accepting:
-            # A job still waiting for a slot when shutdown begins simply does not run.
-            with contextlib.suppress(BackthinkError):
-                await self.run_round(owner_id, trigger)
+        """A scheduled round; one that cannot start is logged and recorded, never dropped."""
+        if not self._accepting:
+            return
+        try:
+            await self.run_round(owner_id, trigger)
+        except StoppingError:
+            pass  # a job still waiting for a slot when shutdown begins simply does not run
+        except BackthinkError as exc:
+            log.error(
+                "daemon.round_not_started", owner_id=owner_id, trigger=trigger, error=str(exc)
+            )
+            await self._fleet.record_unstarted(owner_id, trigger, exc)
 
     async def _greet(self, owner_id: str) -> None:
         """The startup round, at most once per `schedule.startup_cooldown` across restarts."""
@@ -174,13 +203,6 @@ class Daemon:
         if added and self._settings.schedule.startup_greeting:
             await self._greet_all(sorted(added))
 
-    async def _watchdog(self, interval_s: float) -> None:
-        # Pinged from the event loop itself: a blocked loop stops the pings and
-        # systemd restarts the service.
-        while True:
-            self._notifier.notify("WATCHDOG=1")
-            await asyncio.sleep(interval_s)
-
     async def run(self) -> int:
         """Run until `request_stop`; return the exit code."""
         s = self._settings
@@ -202,13 +224,11 @@ class Daemon:
         server = await poke.serve(s.daemon.socket, self.run_round, self._owners, status=self.status)
         scheduler = self._scheduler = build_scheduler(s, [], self._job)
         self._follow(owners, datetime.now(UTC))
-        web = None
-        if s.web.listen and self._owners:
-            # Imported here: without [web] listen the daemon never loads the page's modules.
-            from backthink.web import start_web
-
-            page_app = await self._fleet.app(self._owners[0])
-            web = await start_web(page_app, self._owners[0], live=self.status)
+        doors = (
+            await self._open_doors(self._fleet, list(self._owners), self.status)
+            if self._open_doors is not None and self._owners
+            else None
+        )
         scheduler.add_job(
             self._refresh,
             "interval",
@@ -217,8 +237,8 @@ class Daemon:
         )
         scheduler.start()
         helpers: list[asyncio.Task[None]] = []
-        if (interval := self._notifier.watchdog_interval_s) is not None:
-            helpers.append(asyncio.create_task(self._watchdog(interval)))
+        if (pings := start_watchdog(self._notifier)) is not None:
+            helpers.append(pings)
         if s.schedule.startup_greeting:
             helpers.append(asyncio.create_task(self._greet_all(list(self._owners))))
         self._notifier.notify("READY=1", "STATUS=thinking on a heartbeat")
@@ -230,8 +250,8 @@ class Daemon:
         log.info("daemon.stopping", running_rounds=len(self._tasks))
         scheduler.shutdown(wait=False)
         server.close()
-        if web is not None:
-            await web.stop()
+        if doors is not None:
+            await doors.stop()
         drained = await self._drain(s.daemon.drain_timeout)
         for task in helpers:
             task.cancel()
@@ -324,23 +344,18 @@ def remove_owner_jobs(scheduler: AsyncIOScheduler, owner_id: str) -> None:
             job.remove()
 
 
-def phase(owner_id: str) -> float:
-    """Where in the heartbeat an owner's first round falls, in (0, 1], the same at every start.
-
-    Owners' rounds spread over the interval instead of all falling at once.
-    """
-    return (zlib.crc32(owner_id.encode()) % 10_000 + 1) / 10_000
-
-
 def _next_run(scheduler: AsyncIOScheduler) -> str | None:
     times = [job.next_run_time for job in scheduler.get_jobs() if job.next_run_time]
     return min(times).isoformat() if times else None
 
 
-async def run_daemon(settings: Settings, *, owners: Sequence[str] | None = None) -> int:
+async def run_daemon(
+    settings: Settings, *, owners: Sequence[str] | None = None, doors: OpenDoors | None = None
+) -> int:
     """Open the fleet, run the daemon under SIGTERM/SIGINT handling, return the exit code.
 
     `owners` limits it to those owners; None serves every enabled owner.
+    `doors` opens the HTTP doors the configuration asks for.
 
     Raises:
         ConfigError: the page would listen beyond loopback without a token.
@@ -348,12 +363,6 @@ async def run_daemon(settings: Settings, *, owners: Sequence[str] | None = None)
     settings.web.check_serving()
     async with open_fleet(settings) as fleet:
         settle_heap()
-        daemon = Daemon(fleet, owners)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, daemon.request_stop)
-        try:
+        daemon = Daemon(fleet, owners, doors=doors)
+        with on_stop_signals(daemon.request_stop):
             return await daemon.run()
-        finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(sig)

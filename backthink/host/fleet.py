@@ -10,6 +10,7 @@ whose app was dropped gets a new one at its next round.
 
 from __future__ import annotations
 
+import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -20,19 +21,20 @@ from pathlib import Path
 from typing import cast
 
 import structlog
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from backthink.config import Settings
 from backthink.config.owners import config_owners, owner_settings
 from backthink.config.shipped import prompt_templates
 from backthink.delivery.dispatcher import UNRECORDED_LOOKBACK
-from backthink.errors import BackthinkError, InputError, StoreError
+from backthink.errors import BackthinkError, ConfigError, InputError, StoreError
 from backthink.host.app import App, SystemClock, build_app, model_from_settings, read_persona_prompt
 from backthink.models import Language, Owner
 from backthink.ports import Clock, ModelClient, Outbox, OwnerStore
+from backthink.records import RoundRecord
 from backthink.round.prompts import PromptBook
-from backthink.round.record import Recorder, Spill
+from backthink.round.record import Recorder, RoundStart, Spill, unstarted_record
 from backthink.store import open_database
+from backthink.store.claims import OwnerClaims
 
 log = structlog.get_logger("backthink.fleet")
 
@@ -59,16 +61,19 @@ class Fleet:
         *,
         clock: Clock,
         model: ModelClient | None,
-        engine: AsyncEngine | None = None,
+        claims: OwnerClaims | None = None,
+        recorder: Recorder | None = None,
     ) -> None:
         """Serve the owners of `owners` (an OwnerStore), wiring their apps with `wire`.
 
-        `engine` is the database's, for the distributed worker's own queries.
+        `claims` are the distributed worker's claims on the owner table;
+        `recorder` records rounds that could not start.
         """
         self.settings = settings
         self.clock = clock
         self.model = model
-        self.engine = engine
+        self._claims = claims
+        self._recorder = recorder
         self._config = {o.id: o for o in config_owners(settings)}
         self._owners = owners
         self._outbox = outbox
@@ -77,6 +82,17 @@ class Fleet:
         self._settings: dict[str, tuple[Owner, Settings]] = {}
         self._books: dict[tuple[Path | Traversable, Language], PromptBook] = {}
         self._personas: dict[tuple[Path | None, str, str], str] = {}
+
+    @property
+    def claims(self) -> OwnerClaims:
+        """The distributed worker's claims on the owner table.
+
+        Raises:
+            ConfigError: the fleet serves no database of its own (a test's stores).
+        """
+        if self._claims is None:
+            raise ConfigError("the worker needs the database's owner table")
+        return self._claims
 
     async def sync(self, at: datetime, *, strict: bool = False) -> None:
         """Write the config file's owners into the owner table (unchanged rows stay as they are).
@@ -177,6 +193,19 @@ class Fleet:
             persona = self._personas[persona_key] = read_persona_prompt(settings)
         return self._wire(settings, book, persona)
 
+    async def record_unstarted(
+        self, owner_id: str, trigger: str, error: BackthinkError
+    ) -> RoundRecord | None:
+        """Record a round whose app could not be wired; None when no records are kept."""
+        if self._recorder is None:
+            return None
+        at = self.clock.now()
+        start = RoundStart(uuid.uuid4().hex, owner_id, trigger, at)
+        record = unstarted_record(start, error, finished=at)
+        with structlog.contextvars.bound_contextvars(round_id=start.id, owner_id=owner_id):
+            await self._recorder.save(record)
+        return record
+
     async def resume(self, at: datetime) -> int:
         """Finish every owner's deliveries a previous process left; return rounds recorded.
 
@@ -253,7 +282,14 @@ async def open_fleet(settings: Settings, **overrides: object) -> AsyncIterator[F
         clock = cast(Clock | None, overrides.get("clock")) or SystemClock()
         shared = cast(ModelClient | None, overrides["model"])
         fleet = Fleet(
-            settings, db.owners, db.outbox, wire, clock=clock, model=shared, engine=db.db.engine
+            settings,
+            db.owners,
+            db.outbox,
+            wire,
+            clock=clock,
+            model=shared,
+            claims=OwnerClaims(db.db.engine),
+            recorder=Recorder(db.rounds, spill=spill),
         )
         await fleet.sync(clock.now())
         if spill is not None:

@@ -25,8 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from backthink.errors import BackthinkError
+from backthink.host.live import Live
 from backthink.records import RoundRecord
 
 log = structlog.get_logger("backthink.poke")
@@ -44,7 +46,6 @@ PUBLIC_FIELDS = ("round_id", "trigger", "outcome", "reason", "channel", "decisio
 STATUS_TIMEOUT_S = 3.0  # seconds `backthink status` waits for the daemon's answer
 
 RunRound = Callable[[str, str], Awaitable[RoundRecord]]
-Status = Callable[[str], dict[str, Any]]
 
 
 class NoDaemonError(BackthinkError):
@@ -52,7 +53,7 @@ class NoDaemonError(BackthinkError):
 
 
 async def serve(
-    path: Path, run_round: RunRound, owners: Sequence[str], *, status: Status | None = None
+    path: Path, run_round: RunRound, owners: Sequence[str], *, status: Live | None = None
 ) -> asyncio.Server:
     """Listen on `path`; each request runs one round and answers with its summary.
 
@@ -88,7 +89,7 @@ async def serve(
 
 
 async def _serve_one(
-    reader: asyncio.StreamReader, run_round: RunRound, owners: Sequence[str], status: Status | None
+    reader: asyncio.StreamReader, run_round: RunRound, owners: Sequence[str], status: Live | None
 ) -> dict[str, Any]:
     try:
         line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT_S)
@@ -98,21 +99,18 @@ async def _serve_one(
         # The line passed the stream's limit; the rest of it is still on its way.
         await _discard_line(reader)
         return _refuse(f"the request is longer than {MAX_REQUEST_BYTES} bytes")
-    asked = parse_status_request(line, owners)
+    asked = read_request(line, owners)
     if isinstance(asked, str):
         return _refuse(asked)
-    if asked is not None:
+    if isinstance(asked, StatusRequest):
         if status is None:
             return _refuse("this daemon does not answer status requests")
         try:
-            return {"running": True, **status(asked.owner_id)}
+            return {"running": True, **status(asked.owner_id).to_json()}
         except Exception:
             log.exception("poke.status_crashed", owner_id=asked.owner_id)
             return {"error": "internal error: no status"}
-    parsed = parse_request(line, owners)
-    if isinstance(parsed, str):
-        return _refuse(parsed)
-    owner, trigger = parsed
+    owner, trigger = asked.owner_id, asked.trigger
     log.info("poke.received", owner_id=owner)
     try:
         record = await run_round(owner, trigger)
@@ -127,33 +125,22 @@ async def _serve_one(
     return {key: summary[key] for key in PUBLIC_FIELDS}
 
 
-def parse_request(line: bytes, owners: Sequence[str]) -> tuple[str, str] | str:
-    """Read one request line into (owner, trigger), or say why it is refused."""
-    try:
-        request = json.loads(line)
-    except ValueError:
-        return BAD_REQUEST
-    if not isinstance(request, dict) or not isinstance(request.get("trigger"), str):
-        return BAD_REQUEST
-    if not owners:
-        return "no owner is enabled"
-    owner = request.get("owner_id") or owners[0]
-    if not isinstance(owner, str):
-        return "owner_id must be a string"
-    if owner not in owners:
-        return f"unknown owner {owner[:64]!r}"
-    trigger = request["trigger"].strip()
-    problem = trigger_problem(trigger)
-    return (owner, trigger) if problem is None else problem
+class _Line(BaseModel):
+    """One request line as it arrives; each field is checked where it is read."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    trigger: object = None
+    owner_id: object = None
+    status: object = None
 
 
-def trigger_problem(trigger: str) -> str | None:
-    """Why a poke's trigger text is refused (empty, too long), or None when it may run."""
-    if not trigger.strip():
-        return "the trigger text is empty"
-    if len(trigger) > MAX_TRIGGER_CHARS:
-        return f"the trigger is longer than {MAX_TRIGGER_CHARS} characters"
-    return None
+@dataclass(frozen=True)
+class PokeRequest:
+    """A request for a round now, for one owner, with a trigger text."""
+
+    owner_id: str
+    trigger: str
 
 
 @dataclass(frozen=True)
@@ -163,22 +150,37 @@ class StatusRequest:
     owner_id: str
 
 
-def parse_status_request(line: bytes, owners: Sequence[str]) -> StatusRequest | str | None:
-    """Read a status request, say why it is refused, or None when the line is not one."""
+def read_request(line: bytes, owners: Sequence[str]) -> PokeRequest | StatusRequest | str:
+    """Read one request line into what it asks for, or say why it is refused."""
     try:
-        request = json.loads(line)
-    except ValueError:
-        return None
-    if not isinstance(request, dict) or request.get("status") is not True:
-        return None
+        request = _Line.model_validate_json(line)
+    except ValidationError:
+        return BAD_REQUEST
+    is_status = request.status is True
+    if not is_status and not isinstance(request.trigger, str):
+        return BAD_REQUEST
     if not owners:
         return "no owner is enabled"
-    owner = request.get("owner_id") or owners[0]
+    owner = request.owner_id or owners[0]
     if not isinstance(owner, str):
         return "owner_id must be a string"
     if owner not in owners:
         return f"unknown owner {owner[:64]!r}"
-    return StatusRequest(owner)
+    if is_status:
+        return StatusRequest(owner)
+    assert isinstance(request.trigger, str)
+    trigger = request.trigger.strip()
+    problem = trigger_problem(trigger)
+    return PokeRequest(owner, trigger) if problem is None else problem
+
+
+def trigger_problem(trigger: str) -> str | None:
+    """Why a poke's trigger text is refused (empty, too long), or None when it may run."""
+    if not trigger.strip():
+        return "the trigger text is empty"
+    if len(trigger) > MAX_TRIGGER_CHARS:
+        return f"the trigger is longer than {MAX_TRIGGER_CHARS} characters"
+    return None
 
 
 async def _discard_line(reader: asyncio.StreamReader) -> None:

@@ -8,6 +8,7 @@ whole slow interval later. `HeartbeatTrigger` wraps this for APScheduler.
 from __future__ import annotations
 
 import random
+import zlib
 from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -78,3 +79,11 @@ class HeartbeatTrigger(BaseTrigger):  # type: ignore[misc]  # APScheduler 3 ship
     def __getstate__(self) -> dict[str, Any]:
         # Jobs live in memory only; a trigger is never pickled.
         raise TypeError("HeartbeatTrigger is not serializable")
+
+
+def phase(owner_id: str) -> float:
+    """Where in the heartbeat an owner's first round falls, in (0, 1], the same at every start.
+
+    Owners' rounds spread over the interval instead of all falling at once.
+    """
+    return (zlib.crc32(owner_id.encode()) % 10_000 + 1) / 10_000

@@ -12,23 +12,22 @@ within a few seconds and without retries.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from backthink.config import ModelSettings, Settings, WebChannelSettings
 from backthink.errors import BackthinkError, ModelNotConfiguredError
+from backthink.host.live import LiveStatus
 from backthink.host.poke import STATUS_TIMEOUT_S, ask_status
 from backthink.models import Outcome, Reason
+from backthink.ports import ModelClient, Outbox, RoundStore
 from backthink.records import RoundRecord
 from backthink.redact import redact_urls
 from backthink.round.pause import Pauses, PauseState
 from backthink.store import open_database
-
-if TYPE_CHECKING:
-    from backthink.model.client import OpenAIModelClient
 
 MODEL_TIMEOUT_S = 5.0  # seconds the model probe may take at most
 PENDING_SCAN = 1000  # pending deliveries counted at most; more than a few means trouble anyway
@@ -125,7 +124,7 @@ def offline_channels(
     return health
 
 
-async def model_health(settings: ModelSettings, *, client: OpenAIModelClient | None = None) -> str:
+async def model_health(settings: ModelSettings, *, client: ModelClient | None = None) -> str:
     """'ok', 'unreachable: <why>' or 'not configured'; within `MODEL_TIMEOUT_S`, no secrets.
 
     `client` is an open client to probe with (the running daemon's own, so a
@@ -155,26 +154,28 @@ async def model_health(settings: ModelSettings, *, client: OpenAIModelClient | N
     return "ok"
 
 
-async def gather(settings: Settings, owner_id: str, *, at: datetime) -> Status:
-    """Collect the status of one owner from the database, the daemon's socket and the model.
+async def owner_status(
+    settings: Settings,
+    owner_id: str,
+    *,
+    at: datetime,
+    rounds: RoundStore,
+    outbox: Outbox,
+    live: LiveStatus | None,
+    model: str,
+) -> Status:
+    """The status of one owner from its stores and what the daemon knows (None: not running).
 
     Raises:
         StoreError: the database cannot be read.
     """
-    socket = settings.daemon.socket
-    live, model = await asyncio.gather(
-        ask_status(socket, owner_id=owner_id, timeout_s=STATUS_TIMEOUT_S),
-        model_health(settings.model),
-    )
-    async with open_database(settings.database) as store:
-        pause = await Pauses(store.rounds).state(owner_id, at)
-        last = await store.rounds.list(owner_id=owner_id, limit=1)
-        pending = await store.outbox.pending(limit=PENDING_SCAN)
-        recent = [] if live is not None else await store.rounds.list(limit=RECENT_ROUNDS)
+    pause = await Pauses(rounds).state(owner_id, at)
+    last = await rounds.list(owner_id=owner_id, limit=1)
+    pending = await outbox.pending(limit=PENDING_SCAN)
     if live is not None:
-        channels = _health_map(live.get("channels"))
-        next_heartbeat = _parse_time(live.get("next_heartbeat"))
+        channels, next_heartbeat = live.channels, live.next_heartbeat
     else:
+        recent = await rounds.list(limit=RECENT_ROUNDS)
         channels = offline_channels(
             settings, recent, cooldown=settings.gate.channel_cooldown, at=at
         )
@@ -190,21 +191,27 @@ async def gather(settings: Settings, owner_id: str, *, at: datetime) -> Status:
     )
 
 
-def _health_map(value: object) -> dict[str, str]:
-    """The daemon's channel map, typed at the edge; anything else is "down"."""
-    if not isinstance(value, Mapping):
-        return {}
-    return {str(k): "ok" if v == "ok" else "down" for k, v in value.items()}
+async def gather(settings: Settings, owner_id: str, *, at: datetime) -> Status:
+    """Collect the status of one owner from the database, the daemon's socket and the model.
 
-
-def _parse_time(value: object) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else None
+    Raises:
+        StoreError: the database cannot be read.
+    """
+    answer, model = await asyncio.gather(
+        ask_status(settings.daemon.socket, owner_id=owner_id, timeout_s=STATUS_TIMEOUT_S),
+        model_health(settings.model),
+    )
+    live = LiveStatus.from_json(answer) if answer is not None else None
+    async with open_database(settings.database) as store:
+        return await owner_status(
+            settings,
+            owner_id,
+            at=at,
+            rounds=store.rounds,
+            outbox=store.outbox,
+            live=live,
+            model=model,
+        )
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -2,28 +2,40 @@
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
 import openai
 import structlog
-from pydantic import BaseModel, ConfigDict, ValidationError
 
 from backthink.config import ModelSettings
-from backthink.decision.structured import SchemaForm, response_format
+from backthink.decision.structured import SchemaForm
 from backthink.errors import (
     ModelError,
     ModelNotConfiguredError,
     ModelTimeoutError,
     ToolsRefusedError,
 )
-from backthink.records import ModelMessage, ModelReply, ToolCall
+from backthink.model.body import request_body
+from backthink.model.wire import (
+    SCHEMA_REFUSAL,
+    SCHEMA_REFUSAL_STATUSES,
+    Completion,
+    ModelList,
+    error_detail,
+    parse,
+    refuses_images,
+    refuses_tools,
+    tool_calls,
+    unusable,
+    withheld,
+)
+from backthink.records import ModelMessage, ModelReply
 from backthink.redact import redact_urls
 
 PLACEHOLDER_API_KEY = "not-needed"
@@ -38,82 +50,6 @@ _KEY_LIKE = re.compile(r"\bsk-[A-Za-z0-9_*\-]{4,}")
 _REDACTED = "[redacted]"
 
 log = structlog.get_logger("backthink.model_client")
-
-# Sent in place of an image the endpoint must not get. The client does not know the
-# prompt language, and every chat model reads this much English.
-IMAGE_PLACEHOLDER = "[image: not shown to this model]"
-# How text-only endpoints refuse image parts: llama.cpp without a projector (500,
-# "image input is not supported"), vLLM ("... is not a multimodal model"), Ollama
-# ("this model does not support image input"), OpenAI ("Invalid content type.
-# image_url is only supported by certain models"), strict schemas (422, "unknown
-# variant `image_url`"). Only these statuses, and only with such words, count.
-IMAGE_REFUSAL_STATUSES = frozenset({400, 415, 422, 500})
-_IMAGE_REFUSAL = re.compile(
-    r"image|vision|multi-?modal|mmproj|content[ _-]?(?:type|part)|unknown variant", re.IGNORECASE
-)
-# How endpoints refuse tool definitions: vLLM without a tool parser (400, '"auto" tool
-# choice requires --enable-auto-tool-choice'), llama.cpp without --jinja (500, "tools
-# param requires --jinja flag"), Ollama with a model that has none (400, "does not
-# support tools"), strict schemas (422, "unknown field `tools`").
-TOOL_REFUSAL_STATUSES = frozenset({400, 404, 422, 500, 501})
-_TOOL_REFUSAL = re.compile(r"\btools?\b|tool[ _-]?choice|function[ _-]?call", re.IGNORECASE)
-# How servers that read only the older `{"type": "json_object", "schema": ...}` form
-# refuse the OpenAI one: llama-cpp-python (422, "response_format.type: Input should be
-# 'text' or 'json_object'"), older llama.cpp builds (500, "response_format type must be
-# one of \"text\" or \"json_object\""). Only these statuses, and only with such words.
-SCHEMA_REFUSAL_STATUSES = frozenset({400, 422, 500})
-_SCHEMA_REFUSAL = re.compile(r"response_format|json_schema|json_object", re.IGNORECASE)
-
-
-class _Lenient(BaseModel):
-    # Servers add fields of their own (reasoning_content, timings, system_fingerprint);
-    # only the fields below matter, so everything else is ignored rather than rejected.
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-
-class _Usage(_Lenient):
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-
-
-class _Function(_Lenient):
-    name: str = ""
-    # Some servers send the arguments as an object instead of JSON text.
-    arguments: str | dict[str, Any] | None = None
-
-
-class _ToolCallOut(_Lenient):
-    id: str | None = None
-    function: _Function | None = None
-
-
-class _Message(_Lenient):
-    # Only `content` is the reply; reasoning fields beside it are the model's scratchpad.
-    content: str | None = None
-    tool_calls: list[_ToolCallOut] | None = None
-
-
-class _Choice(_Lenient):
-    message: _Message
-    finish_reason: str | None = None
-
-
-class _Completion(_Lenient):
-    model: str | None = None
-    choices: list[_Choice]
-    usage: _Usage | None = None
-
-
-class _ModelEntry(_Lenient):
-    id: str
-
-
-class _ModelList(_Lenient):
-    data: list[_ModelEntry]
-
-
-_T = TypeVar("_T", bound=_Lenient)
-
 
 class OpenAIModelClient:
     """A ModelClient backed by `openai.AsyncOpenAI`; SDK objects never leave this class.
@@ -195,12 +131,12 @@ class OpenAIModelClient:
         send_images = self.sends_images
         notes: list[str] = []
         if images and not send_images and self._image_refusal is not None:
-            notes.append(_withheld(images, f"{self._image_refusal} earlier"))
+            notes.append(withheld(images, f"{self._image_refusal} earlier"))
         with self._translate_errors(messages):
             try:
                 body = await self._post(self._body(messages, images=send_images, tools=tools))
             except openai.APIStatusError as exc:
-                if tools and _refuses_tools(exc):
+                if tools and refuses_tools(exc):
                     raise ToolsRefusedError(
                         f"the endpoint refused tool definitions (HTTP {exc.status_code})"
                     ) from None
@@ -214,27 +150,27 @@ class OpenAIModelClient:
                         f"(HTTP {exc.status_code}); json_object with a schema from now on"
                     )
                 elif images and send_images and self._settings.vision == "auto":
-                    if not _refuses_images(exc):
+                    if not refuses_images(exc):
                         raise
                     self._image_refusal = (
                         f"the endpoint refused image input (HTTP {exc.status_code})"
                     )
                     log.warning("model.images_refused", status=exc.status_code)
-                    notes.append(_withheld(images, f"{self._image_refusal}; retried without"))
+                    notes.append(withheld(images, f"{self._image_refusal}; retried without"))
                     retry_images = False
                 else:
                     raise
                 body = await self._post(self._body(messages, images=retry_images, tools=tools))
         latency_ms = (time.perf_counter() - started) * 1000
-        completion = _parse(_Completion, body)
+        completion = parse(Completion, body)
         if not completion.choices:
-            raise _unusable("the reply has no choices")
+            raise unusable("the reply has no choices")
         choice = completion.choices[0]
         text = choice.message.content
-        calls = _tool_calls(choice.message) if tools else []
+        calls = tool_calls(choice.message) if tools else []
         if not calls and (text is None or not text.strip()):
             finish = f" (finish_reason={choice.finish_reason})" if choice.finish_reason else ""
-            raise _unusable(f"the reply has no text content{finish}")
+            raise unusable(f"the reply has no text content{finish}")
         usage = completion.usage
         return ModelReply(
             text=text or "",
@@ -268,7 +204,7 @@ class OpenAIModelClient:
             return False
         if exc.status_code not in SCHEMA_REFUSAL_STATUSES:
             return False
-        return bool(_SCHEMA_REFUSAL.search(_error_detail(exc.body) or exc.message))
+        return bool(SCHEMA_REFUSAL.search(error_detail(exc.body) or exc.message))
 
     @property
     def sends_images(self) -> bool:
@@ -303,7 +239,7 @@ class OpenAIModelClient:
             except openai.NotFoundError:
                 return await self._probe_chat()
             body = raw.text
-        ids = [entry.id for entry in _parse(_ModelList, body).data]
+        ids = [entry.id for entry in parse(ModelList, body).data]
         listed = "is listed" if self.model_name in ids else "is not listed"
         count = f"{len(ids)} model" + ("" if len(ids) == 1 else "s")
         return f"{self._host()} lists {count}; {self.model_name!r} {listed}"
@@ -318,7 +254,7 @@ class OpenAIModelClient:
         latency_ms = (time.perf_counter() - started) * 1000
         # A one-token reply may carry no text at all (a reasoning model is still
         # thinking); a well-formed completion is enough to show the endpoint works.
-        _parse(_Completion, raw.text)
+        parse(Completion, raw.text)
         return (
             f"{self._host()} has no model list; a chat completion with "
             f"{self.model_name!r} answered in {latency_ms:.0f} ms"
@@ -367,11 +303,11 @@ class OpenAIModelClient:
             detail = self._scrub(reason, messages)
             raise ModelError(f"cannot reach model endpoint {self._host()}: {detail}") from None
         except openai.APIStatusError as exc:
-            detail = self._scrub(_error_detail(exc.body), messages)
+            detail = self._scrub(error_detail(exc.body), messages)
             suffix = f": {detail}" if detail else ""
             raise ModelError(f"model endpoint answered HTTP {exc.status_code}{suffix}") from None
         except openai.APIResponseValidationError:
-            raise _unusable("the reply does not match the chat-completions schema") from None
+            raise unusable("the reply does not match the chat-completions schema") from None
         except openai.OpenAIError as exc:
             # Anything else from the SDK: its message may quote the request, so only
             # the kind of failure is kept.
@@ -392,131 +328,3 @@ class OpenAIModelClient:
         return text
 
 
-def request_body(
-    settings: ModelSettings,
-    messages: Sequence[ModelMessage],
-    *,
-    images: bool | None = None,
-    tools: Sequence[Mapping[str, Any]] = (),
-    schema_form: SchemaForm = "json_schema",
-    channels: Sequence[str] = (),
-) -> dict[str, Any]:
-    """The JSON body of one chat-completions request, exactly as it is POSTed.
-
-    `images` says whether image parts are sent; None follows `settings.vision`
-    alone (a new client, which has learned nothing yet). Without them, a message's
-    image becomes `IMAGE_PLACEHOLDER` on a line after its text. `tools` are
-    sent only when there are some; no `tool_choice` is sent (the server's default,
-    auto, is what a round wants, and some servers refuse the field). With
-    `settings.output = "json_schema"` the body carries the decision's
-    `response_format` (see backthink.decision.structured) in `schema_form`, its channel
-    one of `channels` or auto when they are given.
-    """
-    send = settings.vision is not False if images is None else images
-    body: dict[str, Any] = {"model": settings.name}
-    if tools:
-        # Before the messages: chat templates write the tools out first, and a body
-        # whose stable parts come first keeps prompt caches (and the bench) honest.
-        body["tools"] = [dict(tool) for tool in tools]
-    body["messages"] = [_to_payload(message, images=send) for message in messages]
-    body["max_tokens"] = settings.max_tokens
-    if settings.output == "json_schema":
-        body["response_format"] = response_format(schema_form, channels=channels)
-    return body
-
-
-def _to_payload(message: ModelMessage, *, images: bool) -> dict[str, Any]:
-    """Convert one ModelMessage to a chat message: plain text, or text and image parts."""
-    if message.role == "tool":
-        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.text}
-    if message.tool_calls:
-        return {
-            "role": message.role,
-            "content": message.text or None,
-            "tool_calls": [
-                {
-                    "id": call.id,
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": call.arguments},
-                }
-                for call in message.tool_calls
-            ],
-        }
-    if message.image is None:
-        return {"role": message.role, "content": message.text}
-    if not images:
-        text = f"{message.text}\n{IMAGE_PLACEHOLDER}" if message.text else IMAGE_PLACEHOLDER
-        return {"role": message.role, "content": text}
-    return {
-        "role": message.role,
-        "content": [
-            {"type": "text", "text": message.text},
-            {"type": "image_url", "image_url": {"url": message.image}},
-        ],
-    }
-
-
-def _parse(model: type[_T], body: str) -> _T:
-    """Validate a raw JSON body; errors name where the shape broke, never the content."""
-    try:
-        return model.model_validate_json(body)
-    except ValidationError as exc:
-        first = exc.errors(include_url=False, include_input=False)[0]
-        if first["type"] == "json_invalid":
-            raise _unusable("the body is not JSON") from None
-        where = ".".join(str(part) for part in first["loc"]) or "the top level"
-        raise _unusable(f"unexpected shape at {where}: {first['msg']}") from None
-
-
-def _refuses_images(exc: openai.APIStatusError) -> bool:
-    """Whether an error answer says the endpoint takes no image input."""
-    if exc.status_code not in IMAGE_REFUSAL_STATUSES:
-        return False
-    return bool(_IMAGE_REFUSAL.search(_error_detail(exc.body) or exc.message))
-
-
-def _refuses_tools(exc: openai.APIStatusError) -> bool:
-    """Whether an error answer says the endpoint takes no tool definitions."""
-    if exc.status_code not in TOOL_REFUSAL_STATUSES:
-        return False
-    return bool(_TOOL_REFUSAL.search(_error_detail(exc.body) or exc.message))
-
-
-def _tool_calls(message: _Message) -> list[ToolCall]:
-    """The tool calls of a reply; a call without a name is dropped, one without an id gets one."""
-    calls: list[ToolCall] = []
-    for i, call in enumerate(message.tool_calls or []):
-        function = call.function
-        if function is None or not function.name:
-            continue
-        arguments = function.arguments
-        if isinstance(arguments, dict):
-            arguments = json.dumps(arguments, ensure_ascii=False)
-        calls.append(
-            ToolCall(id=call.id or f"call_{i}", name=function.name, arguments=arguments or "")
-        )
-    return calls
-
-
-def _withheld(count: int, why: str) -> str:
-    images = "1 image" if count == 1 else f"{count} images"
-    return f"images_withheld: {images} replaced by a placeholder: {why}"
-
-
-def _unusable(why: str) -> ModelError:
-    return ModelError(f"model endpoint returned no usable reply: {why}")
-
-
-def _error_detail(body: object) -> str:
-    """Pull a short message out of an error body: {"error": {"message": ...}} and kin."""
-    if isinstance(body, dict):
-        error = body.get("error", body)
-        if isinstance(error, dict):
-            message = error.get("message") or error.get("detail") or error.get("type")
-            return str(message) if message else ""
-        if isinstance(error, str):
-            return error
-        return ""
-    if isinstance(body, str):
-        return body
-    return ""

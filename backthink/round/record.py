@@ -19,7 +19,7 @@ import structlog
 from pydantic import ValidationError
 
 from backthink.delivery.dispatcher import DeliveryResult
-from backthink.errors import StoreError
+from backthink.errors import BackthinkError, StoreError
 from backthink.models import Decision, MemoryRef, Outcome, Reason, Trigger
 from backthink.ports import RoundStore
 from backthink.records import Delivery, ModelReply, RoundRecord, ToolUse
@@ -108,6 +108,20 @@ def resumed_record(
         body=delivery.message.text,
         channel=delivery.channel,
         notes=notes,
+    )
+
+
+def unstarted_record(
+    start: RoundStart, error: BackthinkError, *, finished: datetime
+) -> RoundRecord:
+    """The record of a round that could not start: its owner's app could not be wired.
+
+    A database that failed is `failed/store_error`; anything else (an owner's
+    settings that stopped working, an owner that is gone) is `failed/internal_error`.
+    """
+    reason = Reason.STORE_ERROR if isinstance(error, StoreError) else Reason.INTERNAL_ERROR
+    return round_record(
+        start, Ending(Outcome.FAILED, reason, notes=(str(error),)), finished=finished
     )
 
 

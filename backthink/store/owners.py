@@ -1,7 +1,7 @@
 """SqlOwnerStore: owners in the `owner` table.
 
 The distributed worker keeps its schedule in the same rows (`next_due_at`,
-`greeted_at`) and claims them itself (`backthink.host.worker`), in the
+`greeted_at`) and claims them itself (`backthink.store.claims`), in the
 transaction that queues their rounds.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 from pydantic import ValidationError
-from sqlalchemy import bindparam, delete, insert, text, update
+from sqlalchemy import delete, insert, text, update
 from sqlalchemy.engine import Connection, RowMapping
 from sqlmodel import col, select
 
@@ -28,11 +28,6 @@ log = structlog.get_logger("backthink.store")
 
 _FIELDS = tuple(Owner.model_fields)
 SYNC_LOCK = 7303180432  # PostgreSQL advisory lock held while the config file's owners are written
-MOVE_DUE = (
-    update(OwnerRow)
-    .where(col(OwnerRow.id) == bindparam("owner"))
-    .values(next_due_at=bindparam("due"))
-)
 
 
 def owner_values(owner: Owner) -> dict[str, Any]:

@@ -13,10 +13,8 @@ short and never read as instructions.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import re
 from collections.abc import Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -36,35 +34,19 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
 from backthink.config import McpServerSettings
 from backthink.tools import Tool, ToolError, ToolSpec
-
-log = structlog.get_logger("backthink.tools.mcp")
-
-MAX_NAME_CHARS = 64
-"""Chat-completions function names are at most this long."""
-HASH_CHARS = 8
-"""Hex digits of the suffix that keeps a cut or colliding name unique."""
-MAX_DESCRIPTION_CHARS = 300
-MAX_NOTE_CHARS = 160
-MAX_ERROR_CHARS = 300
-MAX_LIST_PAGES = 20
-MAX_TOOLS_PER_SERVER = 32
-"""Tools offered of one server at most: each costs prompt tokens on every round (use `allow`)."""
-MAX_SCHEMA_CHARS = 4_000
-"""A tool whose input schema is longer than this (as JSON) is not offered."""
-"""A server that pages its tool list further than this is cut off there."""
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
-# Keywords whose value is one schema, a list of schemas, or a name -> schema map; every
-# other keyword (default, enum, const, examples, ...) holds data, copied as it is.
-_SCHEMA_KEYS = frozenset(
-    {"items", "additionalProperties", "not", "if", "then", "else", "contains",
-     "propertyNames", "unevaluatedItems", "unevaluatedProperties", "additionalItems"}
-)  # fmt: skip
-_SCHEMA_LIST_KEYS = frozenset({"anyOf", "oneOf", "allOf", "prefixItems"})
-_SCHEMA_MAP_KEYS = frozenset(
-    {"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"}
+from backthink.tools.mcp_shapes import (
+    MAX_LIST_PAGES,
+    MAX_NOTE_CHARS,
+    MAX_SCHEMA_CHARS,
+    MAX_TOOLS_PER_SERVER,
+    clean_schema,
+    description,
+    offered_name,
+    render_result,
+    short,
 )
 
+log = structlog.get_logger("backthink.tools.mcp")
 
 @dataclass
 class _Server:
@@ -122,7 +104,7 @@ class McpTool:
                 raise ToolError(f"no answer within {self._timeout_s:g} s") from exc
             if exc.code == CONNECTION_CLOSED:
                 raise self._stopped("connection closed") from exc
-            raise ToolError(f"server {server.name}: {_short(exc.message)}") from exc
+            raise ToolError(f"server {server.name}: {short(exc.message)}") from exc
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
             raise self._stopped("connection closed") from exc
         except (OSError, httpx2.HTTPError) as exc:
@@ -133,7 +115,7 @@ class McpTool:
             raise ToolError(f"server {server.name}: unexpected result")
         text = render_result(result)
         if result.is_error:
-            raise ToolError(_short(text) or "the tool failed")
+            raise ToolError(short(text) or "the tool failed")
         return text
 
     def _stopped(self, reason: str) -> ToolError:
@@ -198,7 +180,7 @@ async def open_mcp_tools(
                 continue
             parameters = clean_schema(tool.input_schema)
             if len(json.dumps(parameters)) > MAX_SCHEMA_CHARS:
-                notes.append(_short(f"mcp_tool_skipped: {owner.name}: a schema too large to offer"))
+                notes.append(short(f"mcp_tool_skipped: {owner.name}: a schema too large to offer"))
                 continue
             if offered >= MAX_TOOLS_PER_SERVER:
                 notes.append(
@@ -208,7 +190,7 @@ async def open_mcp_tools(
                 break
             spec = ToolSpec(
                 name=offered_name(owner.name, tool.name, taken),
-                description=_description(tool, owner.name),
+                description=description(tool, owner.name),
                 parameters=parameters,
             )
             taken.add(spec.name)
@@ -344,107 +326,15 @@ async def _handshake(session: ClientSession, timeout_s: float) -> list[mcp_types
     return tools
 
 
-def offered_name(server: str, tool: str, taken: set[str]) -> str:
-    """The name a tool is offered under: `server__tool`, safe for chat-completions.
-
-    Characters outside [A-Za-z0-9_-] become `_`. A name longer than 64 characters,
-    or one already in `taken`, is cut and ends in a hash of the server and the
-    original name, so two different tools never share a name.
-    """
-    name = f"{server}__{_UNSAFE.sub('_', tool)}"
-    salt = 0
-    while len(name) > MAX_NAME_CHARS or name in taken:
-        digest = hashlib.sha1(f"{server}\0{tool}\0{salt}".encode()).hexdigest()[:HASH_CHARS]
-        base = f"{server}__{_UNSAFE.sub('_', tool)}"
-        name = f"{base[: MAX_NAME_CHARS - HASH_CHARS - 1]}_{digest}"
-        salt += 1
-    return name
-
-
-def clean_schema(schema: Mapping[str, Any] | None) -> dict[str, Any]:
-    """A tool's input schema without `title` keys, objects always with `properties`."""
-    if not isinstance(schema, Mapping):
-        return {"type": "object", "properties": {}}
-    cleaned = _clean(schema)
-    cleaned.setdefault("type", "object")
-    if cleaned["type"] == "object":
-        cleaned.setdefault("properties", {})
-    return cleaned
-
-
-def _clean(schema: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in schema.items():
-        if key == "title" and isinstance(value, str):
-            continue
-        if key in _SCHEMA_KEYS and isinstance(value, Mapping):
-            out[key] = _clean(value)
-        elif key in _SCHEMA_LIST_KEYS and isinstance(value, list):
-            out[key] = [_clean(item) if isinstance(item, Mapping) else item for item in value]
-        elif key in _SCHEMA_MAP_KEYS and isinstance(value, Mapping):
-            # Here the keys are property names: a property called "title" stays.
-            out[key] = {
-                sub: _clean(item) if isinstance(item, Mapping) else item
-                for sub, item in value.items()
-            }
-        else:
-            out[key] = value
-    if out.get("type") == "object":
-        out.setdefault("properties", {})
-    return out
-
-
-def _description(tool: mcp_types.Tool, server: str) -> str:
-    text = " ".join((tool.description or "").split())
-    return _short(text, MAX_DESCRIPTION_CHARS) or f"{tool.name} from {server}"
-
-
-def render_result(result: mcp_types.CallToolResult) -> str:
-    """A call's result as text: its text blocks, else its structured content as JSON.
-
-    Blocks that are not text (images, audio, links, binary resources) become
-    one-line placeholders in their place.
-    """
-    parts: list[str] = []
-    has_text = False
-    for block in result.content:
-        if isinstance(block, mcp_types.TextContent):
-            parts.append(block.text)
-            has_text = True
-        elif isinstance(block, mcp_types.EmbeddedResource) and isinstance(
-            block.resource, mcp_types.TextResourceContents
-        ):
-            parts.append(block.resource.text)
-            has_text = True
-        else:
-            parts.append(_placeholder(block))
-    if not has_text and result.structured_content is not None:
-        structured = json.dumps(
-            result.structured_content, ensure_ascii=False, separators=(",", ":"), default=str
-        )
-        parts.insert(0, structured)
-    return "\n".join(parts)
-
-
-def _placeholder(block: mcp_types.ContentBlock) -> str:
-    if isinstance(block, mcp_types.ImageContent | mcp_types.AudioContent):
-        return f"[{block.type} {_short(block.mime_type, 40)}]"
-    if isinstance(block, mcp_types.ResourceLink):
-        return f"[resource link {_short(block.name, 80)}]"
-    if isinstance(block, mcp_types.EmbeddedResource):
-        return f"[resource {_short(block.resource.mime_type or 'binary', 40)}]"
-    return f"[{_short(str(getattr(block, 'type', 'content')), 40)}]"
-
-
 def _unavailable(name: str, reason: str) -> str:
-    note = _short(f"mcp_unavailable: {name}: {reason}", MAX_NOTE_CHARS)
+    note = short(f"mcp_unavailable: {name}: {reason}", MAX_NOTE_CHARS)
     log.warning("mcp.unavailable", server=name, reason=reason)
     return note
 
 
 def _start_reason(exc: Exception, settings: McpServerSettings, timeout_s: float) -> str:
     """Why a server could not be started: the program's name, never its arguments or env."""
-    program = _short(settings.command[0], 60) if settings.command else ""
+    program = short(settings.command[0], 60) if settings.command else ""
     if isinstance(exc, FileNotFoundError) and program:
         return f"command not found: {program}"
     if isinstance(exc, PermissionError) and program:
@@ -463,7 +353,7 @@ def _reason(exc: BaseException, timeout_s: float) -> str:
             return f"no answer within {timeout_s:g} s"
         if exc.code == CONNECTION_CLOSED:
             return "connection closed (the server exited?)"
-        return _short(exc.message, 100)
+        return short(exc.message, 100)
     if isinstance(exc, httpx2.ConnectError):
         return "cannot connect"
     if isinstance(exc, httpx2.TimeoutException):
@@ -471,10 +361,7 @@ def _reason(exc: BaseException, timeout_s: float) -> str:
     if isinstance(exc, httpx2.HTTPStatusError):
         return f"HTTP {exc.response.status_code}"
     if isinstance(exc, OSError) and exc.strerror:
-        return _short(exc.strerror, 100)
+        return short(exc.strerror, 100)
     return type(exc).__name__
 
 
-def _short(text: str, limit: int = MAX_ERROR_CHARS) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -12,7 +12,7 @@ import contextlib
 import os
 import socket
 from collections.abc import Awaitable, Callable, Iterator
-from datetime import date, datetime
+from datetime import date
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -26,7 +26,9 @@ from starlette.routing import Route
 from backthink.decision.reply import read_reply
 from backthink.errors import BackthinkError, InputError, StoreError
 from backthink.host.app import App
-from backthink.host.status import NOT_CONFIGURED, PENDING_SCAN, Status, model_health
+from backthink.host.fleet import Fleet
+from backthink.host.live import Live, LiveStatus
+from backthink.host.status import NOT_CONFIGURED, Status, model_health, owner_status
 from backthink.models import MemoryKind, Message
 from backthink.records import RoundRecord
 from backthink.round.pause import parse_pause_duration
@@ -36,7 +38,6 @@ from backthink.web.guard import Guard
 
 log = structlog.get_logger("backthink.web")
 
-Live = Callable[[str], dict[str, Any]]
 Handler = Callable[[Request], Awaitable[Response]]
 
 DAY_ROUNDS = 2000  # rounds one day's page shows at most (a 1-minute heartbeat makes 1,440)
@@ -71,28 +72,19 @@ class Pages:
         self._tz = app.settings.owner.tz
 
     async def status(self, *, probe_model: bool) -> Status:
-        """The `status --json` object's data, read in this process."""
-        app, at = self._app, self._app.clock.now()
-        pause = await app.pauses.state(self._owner, at)
-        last = await app.rounds.list(owner_id=self._owner, limit=1)
-        pending = await app.outbox.pending(limit=PENDING_SCAN)
-        live = self._live(self._owner) if self._live is not None else {}
-        nxt = live.get("next_heartbeat")
-        channels = live.get("channels") or {}
+        """The `status --json` object's data, read in this process (the daemon's)."""
+        app = self._app
         if probe_model:
-            from backthink.model.client import OpenAIModelClient  # loaded with the app's model
-
-            own = app.model if isinstance(app.model, OpenAIModelClient) else None
-            model = await model_health(app.settings.model, client=own)
+            model = await model_health(app.settings.model, client=app.model)
         else:
             model = app.settings.model.name if app.model is not None else NOT_CONFIGURED
-        return Status(
-            running=True,
-            pause=pause,
-            next_heartbeat=datetime.fromisoformat(nxt) if isinstance(nxt, str) else None,
-            last_round=last[0] if last else None,
-            pending_deliveries=sum(1 for d in pending if d.owner_id == self._owner),
-            channels={str(k): "ok" if v == "ok" else "down" for k, v in channels.items()},
+        return await owner_status(
+            app.settings,
+            self._owner,
+            at=app.clock.now(),
+            rounds=app.rounds,
+            outbox=app.outbox,
+            live=self._live(self._owner) if self._live is not None else LiveStatus(),
             model=model,
         )
 
@@ -184,7 +176,7 @@ class Pages:
 
     async def _dry_run(self, trigger: str) -> tuple[dict[str, Any] | None, str | None]:
         """What `think --dry-run --trigger TRIGGER` would send now, or why it cannot say."""
-        from backthink.model.client import request_body  # the SDK is loaded only for this
+        from backthink.model.body import request_body
 
         thinker = self._app.thinker
         try:
@@ -386,3 +378,8 @@ async def start_web(app: App, owner_id: str, *, live: Live | None = None) -> Web
     url = f"http://{shown}:{bound}/"
     log.info("web.ready", url=url, token=web.secret is not None)
     return WebServer(server, task, url)
+
+
+async def open_page(fleet: Fleet, owners: list[str], live: Live) -> WebServer:
+    """The daemon's doors when `[web] listen` is set: the page of its first owner."""
+    return await start_web(await fleet.app(owners[0]), owners[0], live=live)

@@ -80,7 +80,6 @@ class AppriseChannel:
             ConfigError: apprise cannot parse the URL or does not know its scheme.
         """
         self.name = name
-        self.delivered_by_writeback = False
         module = _load_apprise()
         client: apprise.Apprise = module.Apprise()
         with _apprise_import_warnings_ignored():

@@ -153,7 +153,6 @@ class WebhookChannel:
             ConfigError: the URL's port is not a number, or the secret is empty.
         """
         self.name = name
-        self.delivered_by_writeback = False
         parts = urllib.parse.urlsplit(settings.url)
         try:
             port = parts.port

@@ -1,0 +1,73 @@
+"""What every command shares: the global options, the owner they act for, JSON output."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+
+from backthink.cli.owners import owner_tables
+from backthink.config import Settings, load_settings
+from backthink.models import Owner
+
+T = TypeVar("T")
+
+
+@dataclass
+class Context:
+    """Options shared by every command."""
+
+    config: Path | None
+    owner: str | None
+    debug: bool
+
+    def settings(self) -> Settings:
+        """Load the configuration (raises ConfigError with one clear line)."""
+        return load_settings(self.config)
+
+    def for_owner(self, settings: Settings) -> Settings:
+        """The settings of the owner this command acts for: `--owner`, else the default owner.
+
+        An owner of the config file needs no database read; one added with
+        `backthink owners add` is looked up (raises InputError when unknown).
+        """
+        from backthink.config.owners import config_owners, owner_settings
+
+        named = {o.id: o for o in config_owners(settings)}
+        wanted = self.owner
+        if wanted is None and settings.owner.id in named:
+            wanted = settings.owner.id
+        if wanted is not None and wanted in named:
+            return owner_settings(settings, named[wanted])
+        return owner_settings(settings, run_sync(stored_owner(settings, wanted)))
+
+    def owner_id(self, settings: Settings) -> str:
+        """The owner this command acts for (raises InputError for an unknown one)."""
+        return self.for_owner(settings).owner.id
+
+
+async def stored_owner(settings: Settings, wanted: str | None) -> Owner:
+    from backthink.host.fleet import find_owner
+
+    async with owner_tables(settings) as store:
+        return await find_owner(store.owners, settings, wanted)
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def print_json(data: Any) -> None:
+    typer.echo(json.dumps(data, ensure_ascii=False, default=_json_default))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"cannot serialise {type(value).__name__}")

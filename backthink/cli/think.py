@@ -1,0 +1,117 @@
+"""`backthink think`: one round now, or the exact request it would send."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from backthink.cli.common import Context, print_json, run_sync
+from backthink.models import Outcome
+from backthink.records import RoundRecord
+
+
+def think(
+    ctx: typer.Context,
+    trigger: Annotated[
+        str, typer.Option("--trigger", help="heartbeat, startup, cron or free text.")
+    ] = "heartbeat",
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Print the exact request the endpoint would get; call nothing."
+        ),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Run one round now and record it."""
+    from backthink.host.fleet import open_app
+
+    c: Context = ctx.obj
+    settings = c.settings()
+    owner_id = c.owner_id(settings)
+
+    async def go() -> RoundRecord | dict[str, Any]:
+        async with open_app(settings, owner=owner_id) as a:
+            if dry_run:
+                from backthink.model.body import request_body
+
+                request = await a.thinker.prepare(owner_id, trigger)
+                tools = await a.thinker.offered_tools(owner_id)
+                return request_body(
+                    settings.model, request.messages, tools=tools, channels=list(settings.channels)
+                )
+            return await a.thinker.run_round(owner_id, trigger)
+
+    result = run_sync(go())
+    if isinstance(result, dict):
+        if as_json:
+            print_json(result)
+        else:
+            _print_request(result, has_key=settings.model.api_key is not None)
+        return
+    record = result
+    if as_json:
+        summary = record.summary()
+        print_json(
+            {
+                k: summary[k]
+                for k in ("round_id", "trigger", "outcome", "reason", "channel", "decision")
+            }
+        )
+    else:
+        _print_round(record)
+    if record.outcome is Outcome.FAILED:
+        if as_json:
+            for note in record.notes:
+                typer.echo(f"backthink: {note}", err=True)
+        raise typer.Exit(1)
+
+
+def _print_request(body: dict[str, Any], *, has_key: bool) -> None:
+    """Print a chat-completions request as the endpoint receives it, the key redacted."""
+    typer.echo("POST /chat/completions")
+    typer.echo(f"Authorization: Bearer {'<redacted>' if has_key else '(no key)'}")
+    typer.echo(f"model: {body['model']}")
+    typer.echo(f"max_tokens: {body['max_tokens']}")
+    if "response_format" in body:
+        schema = body["response_format"]["json_schema"]
+        typer.echo(f"response_format: json_schema {schema['name']} (strict)")
+    for tool in body.get("tools", []):
+        function = tool["function"]
+        typer.echo(f"tool: {function['name']}: {function['description']}")
+    for i, m in enumerate(body["messages"], start=1):
+        typer.echo(f"--- {i} {m['role']} ---")
+        content = m["content"]
+        if isinstance(content, str):
+            typer.echo(content)
+            continue
+        for part in content:
+            if part["type"] == "text":
+                typer.echo(part["text"])
+            else:
+                typer.echo(f"[image: {part['image_url']['url']}]")
+
+
+def _print_round(record: RoundRecord) -> None:
+    typer.echo(
+        f"round {record.id[:12]} ({record.trigger}): {record.outcome.value} / {record.reason}"
+    )
+    if record.push is not None:
+        decided = "push" if record.push else "no push"
+        channel = record.decided_channel or "auto"
+        urgency = record.urgency.value if record.urgency else "routine"
+        typer.echo(f"decision: {decided}, urgency {urgency}, channel {channel}")
+    if record.body:
+        typer.echo(f"body: {record.body}")
+    if record.channel:
+        typer.echo(f"channel: {record.channel}")
+    if record.prompt_tokens is not None or record.latency_ms is not None:
+        typer.echo(
+            f"model: {record.model}, tokens {record.prompt_tokens}/{record.completion_tokens}, "
+            f"{record.latency_ms:.0f} ms"
+            if record.latency_ms is not None
+            else f"model: {record.model}"
+        )
+    for note in record.notes:
+        typer.echo(f"note: {note}")

@@ -1,0 +1,51 @@
+"""What only the running daemon knows about an owner: its next heartbeat, its channels' health."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+
+@dataclass(frozen=True)
+class LiveStatus:
+    """The daemon's own view of one owner, as its socket and its page report it."""
+
+    next_heartbeat: datetime | None = None
+    channels: dict[str, str] = field(default_factory=dict)
+    """Each configured channel: "ok", or "down" while its circuit breaker holds."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The object the daemon's socket answers with; times ISO 8601 in UTC."""
+        at = self.next_heartbeat
+        return {
+            "next_heartbeat": at.astimezone(UTC).isoformat() if at is not None else None,
+            "channels": dict(self.channels),
+        }
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> LiveStatus:
+        """Read the socket's answer, typed at the edge: anything unexpected is left out."""
+        return cls(_aware_time(value.get("next_heartbeat")), _health(value.get("channels")))
+
+
+Live = Callable[[str], LiveStatus]
+"""Asks the running daemon about an owner."""
+
+
+def _health(value: object) -> dict[str, str]:
+    """The daemon's channel map; a value other than "ok" counts as "down"."""
+    if not isinstance(value, Mapping):
+        return {}
+    return {str(k): "ok" if v == "ok" else "down" for k, v in value.items()}
+
+
+def _aware_time(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
