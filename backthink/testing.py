@@ -314,8 +314,11 @@ def run_cli(
     env: Mapping[str, str],
     timeout_s: float,
     check: bool = True,
+    stdin: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run `backthink --config CONFIG ARGS` as a real process and capture its output.
+
+    `stdin`, when given, is the command's standard input.
 
     Raises:
         AssertionError: `check` is set and the command exited non-zero; the
@@ -329,6 +332,7 @@ def run_cli(
         text=True,
         timeout=timeout_s,
         check=False,
+        input=stdin,
     )
     if check and proc.returncode != 0:
         raise AssertionError(

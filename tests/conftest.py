@@ -158,10 +158,18 @@ socket = "{self.path / "bt.sock"}"
         now = time.time()
         os.utime(path, (now, now))
 
-    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        """Run `backthink --config <file> ARGS` as a real process."""
+    def cli(
+        self, *args: str, check: bool = True, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run `backthink --config <file> ARGS` as a real process (with `stdin` as its input)."""
         return run_cli(
-            self.config, *args, cwd=self.path, env=self.env, timeout_s=CLI_TIMEOUT_S, check=check
+            self.config,
+            *args,
+            cwd=self.path,
+            env=self.env,
+            timeout_s=CLI_TIMEOUT_S,
+            check=check,
+            stdin=stdin,
         )
 
     def think_json(self, *args: str) -> dict[str, object]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import email
+import email.policy
 import hashlib
 import hmac
 import http.client
@@ -15,6 +17,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -532,3 +535,118 @@ def test_build_channels_reports_the_failing_key() -> None:
     }
     with pytest.raises(ConfigError, match=r"^channels\.broken\.url: "):
         build_channels(settings)
+
+
+# Markup and a line break that must arrive as written.
+MARKUP = "记得 <b>带伞</b>，a<b 且 c>d\n第二行"
+
+
+def pushed(text: str = MARKUP, *, urgency: Urgency, persona_name: str = "昔涟") -> OutgoingMessage:
+    """A message of the given urgency."""
+    return outgoing(text=text).model_copy(update={"urgency": urgency, "persona_name": persona_name})
+
+
+@pytest.mark.parametrize(
+    ("urgency", "priority"),
+    [(Urgency.ROUTINE, None), (Urgency.WARNING, "high"), (Urgency.CRITICAL, "max")],
+)
+async def test_ntfy_gets_the_urgency_as_its_priority_and_the_text_as_written(
+    receiver: WebhookReceiver, urgency: Urgency, priority: str | None
+) -> None:
+    """ntfy: routine at the default priority, warning high, critical max; markup stays text."""
+    channel = apprise_channel(f"ntfy://127.0.0.1:{receiver.port}/backthink")
+    await within(channel.send(pushed(urgency=urgency)))
+    [request] = receiver.received
+    assert request.header("x-priority") == priority
+    assert request.json == {"topic": "backthink", "title": "昔涟", "message": MARKUP}
+
+
+async def test_a_priority_written_into_the_url_is_kept(receiver: WebhookReceiver) -> None:
+    """The owner's own `priority=` in the URL wins over the urgency's."""
+    channel = apprise_channel(f"ntfy://127.0.0.1:{receiver.port}/backthink?priority=low")
+    await within(channel.send(pushed(urgency=Urgency.CRITICAL)))
+    [request] = receiver.received
+    assert request.header("x-priority") == "low"
+
+
+async def test_json_and_gotify_receivers_get_the_urgency(receiver: WebhookReceiver) -> None:
+    """json:// carries the urgency as a field and the type; gotify:// as its priority."""
+    await within(
+        apprise_channel(f"json://127.0.0.1:{receiver.port}/n").send(
+            pushed(urgency=Urgency.CRITICAL)
+        )
+    )
+    await within(
+        apprise_channel(f"gotify://127.0.0.1:{receiver.port}/tokentokentoken").send(
+            pushed(urgency=Urgency.WARNING)
+        )
+    )
+    as_json, as_gotify = receiver.received
+    assert as_json.json["message"] == MARKUP
+    assert (as_json.json["type"], as_json.json["urgency"]) == ("failure", "critical")
+    assert (as_gotify.json["message"], as_gotify.json["priority"]) == (MARKUP, 8)
+
+
+async def test_a_persona_without_a_name_titles_it_backthink(receiver: WebhookReceiver) -> None:
+    """An empty persona name never sends an empty title."""
+    channel = apprise_channel(f"json://127.0.0.1:{receiver.port}/n")
+    await within(channel.send(pushed(urgency=Urgency.ROUTINE, persona_name="")))
+    [request] = receiver.received
+    assert request.json["title"] == "backthink"
+
+
+class SmtpRecorder:
+    """A minimal SMTP server on 127.0.0.1 that keeps every message it is given."""
+
+    def __init__(self) -> None:
+        self.messages: list[bytes] = []
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._server.getsockname()[1])
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        conn, _ = self._server.accept()
+        with conn, conn.makefile("rwb") as stream:
+
+            def say(line: str) -> None:
+                stream.write(line.encode() + b"\r\n")
+                stream.flush()
+
+            say("220 localhost")
+            while line := stream.readline():
+                verb = line.decode("ascii", "replace").split(" ", 1)[0].strip().upper()
+                if verb == "DATA":
+                    say("354 go on")
+                    data = []
+                    while (row := stream.readline()) not in (b".\r\n", b""):
+                        data.append(row[1:] if row.startswith(b"..") else row)
+                    self.messages.append(b"".join(data))
+                    say("250 queued")
+                elif verb == "QUIT":
+                    say("221 bye")
+                    return
+                else:
+                    say("250 ok")
+
+    def close(self) -> None:
+        self._server.close()
+        self._thread.join(timeout=5)
+
+
+async def test_email_is_plain_text_and_a_critical_one_is_marked_important() -> None:
+    """mailto: one text/plain part with the words as written; critical sets the priority headers."""
+    smtp = SmtpRecorder()
+    try:
+        url = (
+            f"mailto://127.0.0.1:{smtp.port}?mode=insecure"
+            "&to=me@example.invalid&from=bt@example.invalid"
+        )
+        await within(apprise_channel(url).send(pushed(urgency=Urgency.CRITICAL)))
+    finally:
+        smtp.close()
+    [raw] = smtp.messages
+    message = email.message_from_bytes(raw, policy=email.policy.default)
+    assert message.get_content_type() == "text/plain"
+    assert message.get_content().replace("\r\n", "\n").strip() == MARKUP
+    assert (message["X-Priority"], message["Importance"]) == ("1", "high")

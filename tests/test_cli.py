@@ -185,12 +185,12 @@ def test_model_failure_is_recorded(workdir: Workdir, fake: FakeOpenAI) -> None:
 
 
 def test_no_endpoint_says_what_is_missing(workdir: Workdir) -> None:
-    """Without a base URL, think records a failed round and names the missing setting."""
+    """Without a base URL, think records a skipped round, spends nothing, and names the setting."""
     env = {k: v for k, v in workdir.env.items() if k != "BACKTHINK_MODEL__BASE_URL"}
     workdir.env = env
     proc = workdir.cli("think", check=False)
     assert proc.returncode == 1
-    assert "failed / model_error" in proc.stdout
+    assert "skipped / no_model" in proc.stdout
     assert "no model endpoint configured: set model.base_url" in proc.stdout
     check = workdir.cli("check", check=False)
     assert check.returncode == 1
@@ -276,3 +276,17 @@ def test_memory_add_refuses_a_thought_kind(workdir: Workdir) -> None:
     proc = workdir.cli("memory", "add", "x", "--kind", "thought", check=False)
     assert proc.returncode == 2
     assert json.loads(workdir.cli("memory", "list", "--json").stdout) == []
+
+
+def test_messages_add_reads_stdin_refuses_empty_text_and_takes_owner(workdir: Workdir) -> None:
+    """`--text -` reads the text from stdin; an empty text is refused; `--owner` works here too."""
+    long = "第一段。\n" + "很长的一段话。" * 3000
+    workdir.cli("messages", "add", "--role", "user", "--text", "-", "--owner", "o", stdin=long)
+    empty = workdir.cli("messages", "add", "--role", "user", "--text", "  ", check=False)
+    assert empty.returncode == 2
+    assert empty.stderr.strip() == "backthink: messages add: text: empty (give a text, or an image)"
+    other = workdir.cli("messages", "add", "--role", "user", "--text", "x", "--owner", "nobody",
+                        check=False)  # fmt: skip
+    assert other.returncode == 2 and "unknown owner 'nobody'" in other.stderr
+    dry = json.loads(workdir.cli("think", "--dry-run", "--json", "--owner", "o").stdout)
+    assert any(m["content"].startswith("第一段。\n很长的一段话。") for m in dry["messages"])

@@ -182,3 +182,70 @@ def test_sigterm_past_the_drain_timeout_records_the_round_interrupted(
         ("startup", "failed", "interrupted")
     ]
     assert "cut off by shutdown before it ended" in logged[0]["notes"]
+
+
+def test_without_a_model_rounds_skip_and_the_greeting_waits(
+    workdir: Workdir, fake: FakeOpenAI, daemon_env: dict[str, str]
+) -> None:
+    """No endpoint: rounds end skipped/no_model; the next start with one still greets."""
+    fake.default_reply = PUSH
+    bare = {k: v for k, v in daemon_env.items() if k != "BACKTHINK_MODEL__BASE_URL"}
+    bare["BACKTHINK_SCHEDULE__HEARTBEAT"] = "1h"
+    daemon = DaemonProcess(workdir, bare)
+    try:
+        missing = daemon.wait_for("daemon.model_missing")
+        assert "model.base_url" in str(missing["hint"])
+        daemon.wait_for("daemon.greeting_waits")
+        finished = daemon.wait_for("round.finished")
+        assert (finished["outcome"], finished["reason"]) == ("skipped", "no_model")
+    finally:
+        assert daemon.stop() == 0
+    assert not fake.chat_requests
+    daemon = DaemonProcess(workdir, dict(daemon_env, BACKTHINK_SCHEDULE__HEARTBEAT="1h"))
+    try:
+        greeting = daemon.wait_for("round.finished")
+        assert (greeting["trigger"], greeting["outcome"]) == ("startup", "delivered")
+    finally:
+        assert daemon.stop() == 0
+
+
+def test_ready_names_the_next_heartbeat(workdir: Workdir, daemon_env: dict[str, str]) -> None:
+    """daemon.ready's next heartbeat is the owner's heartbeat, the one `status` shows."""
+    env = dict(
+        daemon_env,
+        BACKTHINK_SCHEDULE__HEARTBEAT="3h",
+        BACKTHINK_SCHEDULE__STARTUP_GREETING="false",
+    )
+    daemon = DaemonProcess(workdir, env)
+    try:
+        ready = daemon.wait_for("daemon.ready")
+        workdir.env = env
+        status = json.loads(workdir.cli("status", "--json").stdout)
+    finally:
+        assert daemon.stop() == 0
+    assert ready["next_heartbeat"] == status["next_heartbeat"]
+
+
+def test_a_second_daemon_is_refused_before_it_starts(
+    workdir: Workdir, daemon_env: dict[str, str]
+) -> None:
+    """A second daemon on the same config says why and exits 1; the first logs no refusal."""
+    env = dict(
+        daemon_env,
+        BACKTHINK_SCHEDULE__HEARTBEAT="1h",
+        BACKTHINK_SCHEDULE__STARTUP_GREETING="false",
+    )
+    first = DaemonProcess(workdir, env)
+    try:
+        first.wait_for("daemon.ready")
+        second = DaemonProcess(workdir, env)
+        code = second.proc.wait(timeout=READY_TIMEOUT_S)
+        second.stop()
+        assert code == 1
+        said = "".join(second.raw)
+        assert "another daemon is already listening" in said
+        assert "daemon.started" not in said
+    finally:
+        assert first.stop() == 0
+    assert not [e for e in first.seen if e.get("event") == "poke.refused"]
+    assert '"poke.refused"' not in "".join(first.raw)

@@ -16,6 +16,7 @@ from backthink.config import GateSettings, QuietHours
 from backthink.decision.gate import (
     GateHistory,
     Verdict,
+    channel_candidates,
     choose_channel,
     disturbance,
     evaluate,
@@ -321,6 +322,7 @@ def test_pre_gate(
         connected=connected,
         last_owner_message_at=last_owner,
         at=at,
+        session_channel="web",
     )
     if reason is None:
         assert verdict is None
@@ -332,7 +334,12 @@ def test_pre_gate_skip_mode_without_quiet_hours_never_skips() -> None:
     """quiet_mode "skip" does nothing when quiet hours are switched off."""
     cfg = GateSettings(quiet_mode="skip", quiet_hours="off")
     verdict = pre_gate(
-        settings=cfg, tz=SHANGHAI, connected=("web",), last_owner_message_at=None, at=NIGHT
+        settings=cfg,
+        tz=SHANGHAI,
+        connected=("web",),
+        last_owner_message_at=None,
+        at=NIGHT,
+        session_channel="web",
     )
     assert verdict is None
 
@@ -449,7 +456,12 @@ def test_future_owner_message_is_no_activity_anywhere() -> None:
     assert not owner_active(future, timedelta(minutes=10), NOON)
     assert owner_active(NOON + timedelta(minutes=4), timedelta(minutes=10), NOON)
     skip = pre_gate(
-        settings=DEFAULTS, tz=SHANGHAI, connected=("web",), last_owner_message_at=future, at=NOON
+        settings=DEFAULTS,
+        tz=SHANGHAI,
+        connected=("web",),
+        last_owner_message_at=future,
+        at=NOON,
+        session_channel="web",
     )
     assert skip is None
     verdict = run(last_owner=future)
@@ -656,8 +668,9 @@ CHANNEL_TABLE = [
     pytest.param(None, ("phone",), ("web", "phone"), "web", "phone", False,
                  id="owner-channel-before-default"),
     pytest.param(None, (), ("phone",), "web", None, False, id="default-not-connected"),
-    pytest.param(None, (), ("web",), None, None, False, id="nothing-known"),
-    pytest.param("email", (), ("web",), None, None, True, id="named-not-connected-no-fallback"),
+    pytest.param(None, (), ("web",), None, "web", False, id="nothing-known-goes-to-the-session"),
+    pytest.param("email", (), ("web",), None, "web", True,
+                 id="named-not-connected-falls-back-to-the-session"),
     pytest.param(None, (), (), "web", None, False, id="nothing-connected"),
 ]  # fmt: skip
 
@@ -1014,3 +1027,41 @@ def test_symbol_only_bodies_are_not_all_duplicates() -> None:
 
     assert normalize_body("😊") != normalize_body("!!!")
     assert normalize_body("😊 ") == normalize_body("😊")
+
+
+def test_a_new_owner_is_reached_in_the_session_by_default() -> None:
+    """No default channel set and no message yet: an auto push goes to the session channel."""
+    found, _ = channel_candidates(
+        None,
+        owner_channels=[],
+        connected=["web", "phone"],
+        default_channel=None,
+        session_channel="web",
+    )
+    assert found == ["web"]
+
+
+@pytest.mark.parametrize(
+    ("connected", "owner_channels", "session", "skipped"),
+    [
+        (["web"], [], "web", False),  # the session channel takes an auto push
+        (["phone"], ["phone"], None, False),  # the owner's own channel does
+        (["phone"], [], None, True),  # nowhere for an auto push to go: decided before the model
+        (["phone"], [None], "web", True),  # the session channel is not connected now
+        ([], [], "web", True),  # nothing connected at all
+    ],
+)
+def test_a_round_that_could_reach_no_channel_skips_before_the_model(
+    connected: list[str], owner_channels: list[str | None], session: str | None, skipped: bool
+) -> None:
+    """The pre-gate ends a round skipped/no_route when an auto push would have nowhere to go."""
+    verdict = pre_gate(
+        settings=GateSettings(quiet_hours="off"),
+        tz=ZoneInfo("UTC"),
+        connected=connected,
+        last_owner_message_at=None,
+        at=utc(2026, 11, 30, 12),
+        owner_channels=owner_channels,
+        session_channel=session,
+    )
+    assert (verdict is not None and verdict.reason == "no_route") is skipped

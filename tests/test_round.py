@@ -146,10 +146,10 @@ async def test_model_failures(error: ModelError, reason: str) -> None:
 
 
 async def test_no_model_configured() -> None:
-    """Without an endpoint the round is recorded as failed and says what is missing."""
-    thinker, _ = make(None)
+    """Without an endpoint the round is skipped before any read and says what is missing."""
+    thinker, _ = make(None, store=BrokenStore())
     record = await thinker.run_round("o", "heartbeat")
-    assert (record.outcome, record.reason) == (Outcome.FAILED, "model_error")
+    assert (record.outcome, record.reason) == (Outcome.SKIPPED, "no_model")
     (note,) = record.notes
     assert note.startswith("no model endpoint configured: set model.base_url")
 

@@ -20,6 +20,8 @@ case "$*" in
   *is-active*) echo active ;;
   *show-user*) echo "${FAKE_LINGER:-no}" ;;
   *enable-linger*) [ -n "$FAKE_LINGER_REFUSED" ] && { echo "Access denied" >&2; exit 1; } ;;
+  *daemon-reload*) [ -n "$FAKE_NO_BUS" ] && {
+      echo "Failed to connect to bus: No medium found" >&2; exit 1; } ;;
 esac
 exit 0
 """
@@ -174,3 +176,20 @@ def test_system_unit_refuses_paths_it_cannot_see() -> None:
 
     with pytest.raises(InputError, match="the system service cannot see"):
         plan_install("system", Path("/home/a/backthink.toml"), {})
+
+
+def test_install_without_a_user_bus_says_so_and_leaves_nothing(
+    setup: tuple[dict[str, str], Path, Path], tmp_path: Path
+) -> None:
+    """No usable systemd: one line, the unit removed again, the foreground command named."""
+    env, config, _ = setup
+    env["FAKE_NO_BUS"] = "1"
+    proc = backthink("service", "install", "--user", cwd=tmp_path, env=env)
+    assert proc.returncode == 1
+    [line] = proc.stderr.strip().splitlines()
+    assert "systemd cannot run the service here" in line and "Failed to connect to bus" in line
+    assert f"--config {config} run" in line
+    unit = Path(env["HOME"]) / ".config/systemd/user/backthink.service"
+    assert not unit.exists()
+    status = json.loads(backthink("service", "status", "--json", cwd=tmp_path, env=env).stdout)
+    assert status["installed"] is False

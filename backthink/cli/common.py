@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -17,6 +17,11 @@ from backthink.config import Settings, load_settings
 from backthink.models import Owner
 
 T = TypeVar("T")
+
+OwnerOption = Annotated[
+    str | None,
+    typer.Option("--owner", help="Owner id (also taken before the command: backthink --owner ID)."),
+]
 
 
 @dataclass
@@ -71,3 +76,9 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
     raise TypeError(f"cannot serialise {type(value).__name__}")
+
+
+def command_context(ctx: typer.Context, owner: str | None) -> Context:
+    """The shared options, with the command's own `--owner` when it was given one."""
+    shared: Context = ctx.obj
+    return shared if owner is None else replace(shared, owner=owner)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from backthink.cli.common import Context, print_json, run_sync
+from backthink.cli.common import OwnerOption, command_context, print_json, run_sync
 from backthink.errors import InputError
 
 
@@ -18,6 +18,7 @@ def eval_cmd(
     ],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     repeat: Annotated[int, typer.Option("--repeat", min=1, max=100, help="Runs per scenario.")] = 1,
+    owner: OwnerOption = None,
 ) -> None:
     """Score the companion's judgment on scenarios, in isolation: no database, no channels."""
     from backthink.evaluation.figures import render_table
@@ -25,7 +26,7 @@ def eval_cmd(
     from backthink.evaluation.scenarios import load_scenarios
     from backthink.model.client import OpenAIModelClient
 
-    c: Context = ctx.obj
+    c = command_context(ctx, owner)
     settings = config_owner_settings(c.settings(), c.owner)
     owner_id = settings.owner.id
     try:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from backthink.cli.common import Context, print_json, run_sync
+from backthink.cli.common import OwnerOption, command_context, print_json, run_sync
 from backthink.config import Settings
 from backthink.errors import InputError
 from backthink.models import Memory, MemoryKind
@@ -29,12 +29,13 @@ def memory_add(
     ctx: typer.Context,
     text: Annotated[str, typer.Argument(help="What to remember.")],
     kind: Annotated[_Writable, typer.Option("--kind", help="note or profile.")] = _Writable.NOTE,
+    owner: OwnerOption = None,
 ) -> None:
     """Remember TEXT for the owner."""
     from backthink.host.app import SystemClock
     from backthink.store import open_database
 
-    c: Context = ctx.obj
+    c = command_context(ctx, owner)
     settings = c.for_owner(c.settings())
     if not text.strip():
         raise InputError("memory add: the text is empty")
@@ -61,11 +62,12 @@ def memory_list(
     ] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, help="How many memories.")] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
+    owner: OwnerOption = None,
 ) -> None:
     """Show the owner's memories, newest first."""
     from backthink.store import open_database
 
-    c: Context = ctx.obj
+    c = command_context(ctx, owner)
     settings = c.for_owner(c.settings())
 
     owner_id = settings.owner.id
@@ -83,11 +85,12 @@ def memory_search(
     query: Annotated[str, typer.Argument(help="Words that must all appear (any case).")],
     limit: Annotated[int, typer.Option("--limit", min=1, help="How many memories.")] = 20,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
+    owner: OwnerOption = None,
 ) -> None:
     """Find the owner's memories holding every word of QUERY, newest first."""
     from backthink.store import open_database
 
-    c: Context = ctx.obj
+    c = command_context(ctx, owner)
     settings = c.for_owner(c.settings())
 
     owner_id = settings.owner.id
@@ -103,11 +106,12 @@ def memory_search(
 def memory_forget(
     ctx: typer.Context,
     memory_id: Annotated[int, typer.Argument(metavar="ID", help="The memory's id.")],
+    owner: OwnerOption = None,
 ) -> None:
     """Forget one memory: its text is gone from every table and index."""
     from backthink.store import open_database
 
-    c: Context = ctx.obj
+    c = command_context(ctx, owner)
     settings = c.for_owner(c.settings())
     owner_id = settings.owner.id
 

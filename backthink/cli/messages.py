@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from backthink.cli.common import Context, run_sync
+from backthink.cli.common import OwnerOption, command_context, run_sync
 from backthink.errors import InputError
 
 messages_app = typer.Typer(
@@ -19,21 +20,27 @@ messages_app = typer.Typer(
 def messages_add(
     ctx: typer.Context,
     role: Annotated[str, typer.Option("--role", help="user, assistant or system.")],
-    text: Annotated[str, typer.Option("--text", help="The message text.")],
+    text: Annotated[
+        str, typer.Option("--text", help="The message text, or - to read it from standard input.")
+    ],
     channel: Annotated[str | None, typer.Option("--channel")] = None,
     speaker: Annotated[
         str | None, typer.Option("--speaker", help="Persona id of an assistant message.")
     ] = None,
     image: Annotated[str | None, typer.Option("--image", help="Image URL or data URI.")] = None,
     at: Annotated[str | None, typer.Option("--at", help="ISO 8601 time (default: now).")] = None,
+    owner: OwnerOption = None,
 ) -> None:
     """Add one message to the main session."""
     from backthink.host.app import SystemClock
     from backthink.store import open_database
-    from backthink.store.importing import parse_one
+    from backthink.store.importing import IMPORT_MAX_CHARS, parse_one
 
-    c: Context = ctx.obj
+    c = command_context(ctx, owner)
     settings = c.for_owner(c.settings())
+    if text == "-":
+        # One more character than allowed is enough to refuse a text that is too long.
+        text = sys.stdin.read(IMPORT_MAX_CHARS + 1).rstrip("\n")
     data: dict[str, Any] = {
         "role": role,
         "text": text,
@@ -65,13 +72,14 @@ def messages_import(
         Path,
         typer.Argument(help="JSON Lines: role, text, and optional channel, speaker, image, at."),
     ],
+    owner: OwnerOption = None,
 ) -> None:
     """Import messages from a JSON Lines file, all or nothing."""
     from backthink.host.app import SystemClock
     from backthink.store import open_database
     from backthink.store.importing import parse_jsonl
 
-    c: Context = ctx.obj
+    c = command_context(ctx, owner)
     settings = c.for_owner(c.settings())
     try:
         text = file.read_text(encoding="utf-8")

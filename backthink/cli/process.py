@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from backthink.cli.common import Context, print_json, run_sync
+from backthink.cli.common import Context, OwnerOption, command_context, print_json, run_sync
 from backthink.host import logs
 from backthink.models import Outcome
 
@@ -46,11 +46,12 @@ def poke_cmd(
     timeout: Annotated[
         float, typer.Option("--timeout", help="Seconds to wait for the round.")
     ] = 300,
+    owner: OwnerOption = None,
 ) -> None:
     """Ask the running daemon for a round now, with TEXT as the trigger."""
     from backthink.host.poke import PUBLIC_FIELDS, NoDaemonError, poke
 
-    c: Context = ctx.obj
+    c = command_context(ctx, owner)
     settings = c.settings()
     owner = c.owner_id(settings) if c.owner else None
     try:
@@ -76,13 +77,14 @@ def pause_cmd(
             "--for", metavar="DURATION", help="End the pause by itself after e.g. 30m, 2h, 1d."
         ),
     ] = None,
+    owner: OwnerOption = None,
 ) -> None:
     """Pause the owner's rounds (every trigger) until resumed, or for a while."""
     from backthink.host.app import SystemClock
     from backthink.round.pause import Pauses, parse_pause_duration
     from backthink.store import open_database
 
-    c: Context = ctx.obj
+    c = command_context(ctx, owner)
     settings = c.for_owner(c.settings())
     owner_id = settings.owner.id
     duration = None if length is None else parse_pause_duration(length)
@@ -98,13 +100,13 @@ def pause_cmd(
     typer.echo(f"{run_sync(go())}: every round is skipped until {until}")
 
 
-def resume_cmd(ctx: typer.Context) -> None:
+def resume_cmd(ctx: typer.Context, owner: OwnerOption = None) -> None:
     """End a pause: rounds run again from the next trigger on."""
     from backthink.host.app import SystemClock
     from backthink.round.pause import Pauses
     from backthink.store import open_database
 
-    c: Context = ctx.obj
+    c = command_context(ctx, owner)
     settings = c.for_owner(c.settings())
     owner_id = settings.owner.id
 
@@ -118,12 +120,13 @@ def resume_cmd(ctx: typer.Context) -> None:
 def status_cmd(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    owner: OwnerOption = None,
 ) -> None:
     """Show whether the daemon runs, the pause, the last round, deliveries, channels and model."""
     from backthink.host.app import SystemClock
     from backthink.host.status import gather
 
-    c: Context = ctx.obj
+    c = command_context(ctx, owner)
     settings = c.for_owner(c.settings())
     found = run_sync(gather(settings, settings.owner.id, at=SystemClock().now()))
     if as_json:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from backthink.cli.common import Context, print_json, run_sync
+from backthink.cli.common import OwnerOption, command_context, print_json, run_sync
 from backthink.config import Settings
 from backthink.records import RoundRecord
 
@@ -15,12 +15,13 @@ def rounds(
     ctx: typer.Context,
     limit: Annotated[int, typer.Option("--limit", min=1, help="How many rounds.")] = 20,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
+    owner: OwnerOption = None,
 ) -> None:
     """Show the audit log of rounds, newest first."""
     from backthink.round.record import Recorder, Spill
     from backthink.store import open_database
 
-    c: Context = ctx.obj
+    c = command_context(ctx, owner)
     settings = c.for_owner(c.settings())
 
     async def go() -> list[RoundRecord]:

@@ -200,7 +200,14 @@ def service_install(
         return
     if scope == "system" and os.geteuid() != 0:
         raise InputError("service install --system needs root: run it with sudo")
-    for line in service.install(plan):
+    try:
+        done = service.install(plan)
+    except service.ServiceError as exc:
+        foreground = f"{' '.join(service.program())} --config {config} run"
+        raise service.ServiceError(
+            f"{exc}; run it in the foreground instead: {foreground}"
+        ) from None
+    for line in done:
         typer.echo(line)
     if scope == "user":
         typer.echo(service.enable_linger(linger[-1]))

@@ -6,8 +6,8 @@ from typing import Annotated, Any
 
 import typer
 
-from backthink.cli.common import Context, print_json, run_sync
-from backthink.models import Outcome
+from backthink.cli.common import OwnerOption, command_context, print_json, run_sync
+from backthink.models import Outcome, Reason
 from backthink.records import RoundRecord
 
 
@@ -23,11 +23,12 @@ def think(
         ),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    owner: OwnerOption = None,
 ) -> None:
     """Run one round now and record it."""
     from backthink.host.fleet import open_app
 
-    c: Context = ctx.obj
+    c = command_context(ctx, owner)
     settings = c.settings()
     owner_id = c.owner_id(settings)
 
@@ -61,7 +62,8 @@ def think(
         )
     else:
         _print_round(record)
-    if record.outcome is Outcome.FAILED:
+    # A round with no model to think with did not do what was asked, though nothing failed.
+    if record.outcome is Outcome.FAILED or record.reason == Reason.NO_MODEL:
         if as_json:
             for note in record.notes:
                 typer.echo(f"backthink: {note}", err=True)

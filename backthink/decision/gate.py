@@ -94,12 +94,25 @@ def pre_gate(
     connected: Sequence[str],
     last_owner_message_at: datetime | None,
     at: datetime,
+    owner_channels: Sequence[str | None] = (),
+    session_channel: str | None = None,
 ) -> Verdict | None:
     """Cheap checks before any model call; a verdict means "skip this round".
 
-    Single flight is the caller's job (it needs a lock, not data).
+    A push the model leaves to `auto` must have somewhere to go: one of the
+    owner's recent channels (`owner_channels`, newest first), the default
+    channel or the session channel, connected now; otherwise the round is
+    decided before it spends a token. Single flight is the caller's job (it
+    needs a lock, not data).
     """
-    if not connected:
+    routes, _ = channel_candidates(
+        None,
+        owner_channels=owner_channels,
+        connected=connected,
+        default_channel=settings.default_channel,
+        session_channel=session_channel,
+    )
+    if not routes:
         return Verdict(Outcome.SKIPPED, Reason.NO_ROUTE)
     if owner_active(last_owner_message_at, settings.activity_window, at):
         return Verdict(Outcome.SKIPPED, Reason.OWNER_ACTIVE)
@@ -152,7 +165,8 @@ def channel_candidates(
     owner's most recent messages among connected ones, newest first (a message
     stored without a channel was said in the main session: it counts as
     `session_channel`, the configured channel of type web, when there is one);
-    then the default channel when connected. Each name appears once.
+    then the default channel when connected (unset: the session channel). Each
+    name appears once.
     """
     notes: list[str] = []
     found: list[str] = []
@@ -167,7 +181,7 @@ def channel_candidates(
         add(named)
     for channel in owner_channels:
         add(channel or session_channel)
-    add(default_channel)
+    add(default_channel if default_channel is not None else session_channel)
     return found, tuple(notes)
 
 

@@ -146,6 +146,12 @@ class Daemon:
                 last_greeting_s_ago=round((now - last).total_seconds()),
             )
             return
+        if app.model is None:
+            # Without a model the round is skipped and spends nothing: the greeting is
+            # kept for the first start that has a model to say it with.
+            log.info("daemon.greeting_waits", owner_id=owner_id, reason="no_model")
+            await self.run_round(owner_id, Trigger.STARTUP.value)
+            return
         # The mark is written before the round, so a restart storm that kills the
         # process mid-round still cannot greet (or spend tokens) again.
         await rounds.mark(owner_id, GREETING_MARK, now)
@@ -206,6 +212,9 @@ class Daemon:
     async def run(self) -> int:
         """Run until `request_stop`; return the exit code."""
         s = self._settings
+        # The socket first: a second daemon on the same config is refused before it
+        # says it started, or resumes (and sends) the first one's deliveries.
+        server = await poke.serve(s.daemon.socket, self.run_round, self._owners, status=self.status)
         owners = await self._enabled()
         model = self._fleet.model
         first = await self._fleet.app(owners[0].id) if owners else None
@@ -221,7 +230,6 @@ class Daemon:
         if model is None:
             log.warning("daemon.model_missing", hint=MODEL_MISSING_HINT)
         await self._fleet.resume(self._fleet.clock.now())
-        server = await poke.serve(s.daemon.socket, self.run_round, self._owners, status=self.status)
         scheduler = self._scheduler = build_scheduler(s, [], self._job)
         self._follow(owners, datetime.now(UTC))
         doors = (
@@ -242,7 +250,9 @@ class Daemon:
         if s.schedule.startup_greeting:
             helpers.append(asyncio.create_task(self._greet_all(list(self._owners))))
         self._notifier.notify("READY=1", "STATUS=thinking on a heartbeat")
-        log.info("daemon.ready", socket=str(s.daemon.socket), next_heartbeat=_next_run(scheduler))
+        log.info(
+            "daemon.ready", socket=str(s.daemon.socket), next_heartbeat=_next_heartbeat(scheduler)
+        )
 
         await self._stop.wait()
         self._accepting = False
@@ -344,9 +354,14 @@ def remove_owner_jobs(scheduler: AsyncIOScheduler, owner_id: str) -> None:
             job.remove()
 
 
-def _next_run(scheduler: AsyncIOScheduler) -> str | None:
-    times = [job.next_run_time for job in scheduler.get_jobs() if job.next_run_time]
-    return min(times).isoformat() if times else None
+def _next_heartbeat(scheduler: AsyncIOScheduler) -> str | None:
+    """The soonest heartbeat of any owner (not the owner table's refresh), as `status` shows it."""
+    times = [
+        job.next_run_time
+        for job in scheduler.get_jobs()
+        if job.id.startswith("heartbeat:") and job.next_run_time
+    ]
+    return min(times).astimezone(UTC).isoformat() if times else None
 
 
 async def run_daemon(

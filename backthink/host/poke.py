@@ -69,8 +69,9 @@ async def serve(
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             answer = await _serve_one(reader, run_round, allowed, status)
-            writer.write(json.dumps(answer, ensure_ascii=False).encode() + b"\n")
-            await writer.drain()
+            if answer is not None:
+                writer.write(json.dumps(answer, ensure_ascii=False).encode() + b"\n")
+                await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client went away; its round (if any) is recorded anyway
         finally:
@@ -90,7 +91,7 @@ async def serve(
 
 async def _serve_one(
     reader: asyncio.StreamReader, run_round: RunRound, owners: Sequence[str], status: Live | None
-) -> dict[str, Any]:
+) -> dict[str, Any] | None:
     try:
         line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT_S)
     except TimeoutError:
@@ -99,6 +100,11 @@ async def _serve_one(
         # The line passed the stream's limit; the rest of it is still on its way.
         await _discard_line(reader)
         return _refuse(f"the request is longer than {MAX_REQUEST_BYTES} bytes")
+    if not line:
+        # Connected and closed without a word: a second daemon checking that this one
+        # is alive. Nothing to answer, and nothing was refused.
+        log.debug("poke.probed")
+        return None
     asked = read_request(line, owners)
     if isinstance(asked, str):
         return _refuse(asked)

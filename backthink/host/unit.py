@@ -154,6 +154,7 @@ def install(plan: Plan) -> list[str]:
         ServiceError: a file could not be written or a command failed (its message included).
     """
     done = []
+    existed = plan.unit_path.exists()
     try:
         plan.unit_path.parent.mkdir(parents=True, exist_ok=True)
         plan.unit_path.write_text(plan.unit_text, encoding="utf-8")
@@ -162,7 +163,15 @@ def install(plan: Plan) -> list[str]:
         raise ServiceError(f"cannot write {plan.unit_path}: {exc.strerror}{hint}") from None
     done.append(f"wrote {plan.unit_path}")
     for argv in plan.commands:
-        _check(run(argv), argv)
+        try:
+            _check(run(argv), argv)
+        except ServiceError as exc:
+            # systemd is not usable here (no user bus, a container): nothing of this
+            # install is left behind to be mistaken for an installed service.
+            if not existed:
+                plan.unit_path.unlink(missing_ok=True)
+            removed = "" if existed else f"; removed {plan.unit_path}"
+            raise ServiceError(f"systemd cannot run the service here: {exc}{removed}") from None
         done.append(f"ran {' '.join(argv)}")
     return done
 

@@ -159,10 +159,7 @@ class Thinker:
                 return prepared
             request, last_owner_at = prepared
             sofar = replace(sofar, recalled=tuple(request.recalled), notes=tuple(request.notes))
-            if self._model is None:
-                return sofar.ended(
-                    Outcome.FAILED, Reason.MODEL_ERROR, note=self._model_missing_hint
-                )
+            assert self._model is not None  # the pre-gate skips a round without one
             asked = await ask(
                 self._model,
                 request,
@@ -268,6 +265,9 @@ class Thinker:
             pause = await self._pauses.state(start.owner_id, start.started)
             if pause.paused:
                 return Ending(Outcome.SKIPPED, Reason.DISABLED, notes=(pause.describe(tz),))
+        if self._model is None:
+            # Nothing to think with: nothing is read or spent, and the round says how to fix it.
+            return Ending(Outcome.SKIPPED, Reason.NO_MODEL, notes=(self._model_missing_hint,))
         # One read serves the pre-gate and the context.
         view = await self._messages.session_view(
             start.owner_id, self._settings.prompt.recent_messages
@@ -279,6 +279,8 @@ class Thinker:
             connected=self.connected(),
             last_owner_message_at=last_owner_at,
             at=start.started,
+            owner_channels=[m.channel for m in reversed(view.recent) if m.role == "user"],
+            session_channel=self._delivery.session_channel,
         )
         if skip is not None:
             return Ending(skip.outcome, skip.reason)

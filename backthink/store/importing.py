@@ -7,7 +7,8 @@ from collections.abc import Iterable
 from datetime import datetime, tzinfo
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from backthink.errors import InputError
 from backthink.models import FUTURE_SKEW, Message
@@ -51,6 +52,12 @@ class MessageInput(BaseModel):
         if value not in ROLES:
             raise ValueError(f"must be one of {', '.join(ROLES)}")
         return value
+
+    @model_validator(mode="after")
+    def _says_something(self) -> MessageInput:
+        if not self.text.strip() and not self.image:
+            raise PydanticCustomError("empty", "text: empty (give a text, or an image)")
+        return self
 
     def to_message(self, owner_id: str, *, now: datetime, tz: tzinfo) -> Message:
         """Build the stored message; a time without a zone is the owner's local time."""

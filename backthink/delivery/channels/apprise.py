@@ -12,7 +12,9 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from backthink.config import AppriseChannelSettings
+from backthink.delivery.channels.priority import url_for
 from backthink.errors import ConfigError, DeliveryError
+from backthink.models import Urgency
 from backthink.records import OutgoingMessage
 
 if TYPE_CHECKING:
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
 # query through urllib3 at DEBUG, and Telegram keeps its bot token in the path.
 _APPRISE_LOGGER = "apprise"
 _URLLIB3_LOGGER = "urllib3"
+DEFAULT_TITLE = "backthink"  # the title of a persona without a name
 
 
 def _load_apprise() -> ModuleType:
@@ -81,13 +84,28 @@ class AppriseChannel:
         """
         self.name = name
         module = _load_apprise()
-        client: apprise.Apprise = module.Apprise()
+        # The model's words go out as plain text: no service reads them as HTML or
+        # Markdown (escaped where a service needs it), and no code becomes an emoji.
+        asset = module.AppriseAsset(
+            body_format=module.NotifyFormat.TEXT, interpret_emojis=False
+        )
+        client: apprise.Apprise = module.Apprise(asset=asset)
+        url = settings.url.get_secret_value()
         with _apprise_import_warnings_ignored():
-            understood = bool(client.add(settings.url.get_secret_value()))
+            # One registration per urgency, each with the service's priority for it.
+            understood = all(
+                client.add(url_for(url, urgency), tag=urgency.value) for urgency in Urgency
+            )
         if not understood:
             # Never echo the URL: it holds the service's tokens.
             raise ConfigError(f"channels.{name}.url: apprise does not understand this URL")
         self._client = client
+        self._types = {
+            Urgency.ROUTINE: module.NotifyType.INFO,
+            Urgency.WARNING: module.NotifyType.WARNING,
+            Urgency.CRITICAL: module.NotifyType.FAILURE,
+        }
+        self._text = module.NotifyFormat.TEXT
         # One notify at a time per channel: apprise plugins keep throttling
         # state per URL, and a chat app gets messages in the order they were sent.
         self._lock = asyncio.Lock()
@@ -98,7 +116,9 @@ class AppriseChannel:
         return True
 
     async def send(self, message: OutgoingMessage) -> None:
-        """Send the message text, titled with the persona's name when it has one.
+        """Send the message as plain text at its urgency, titled with the persona's name.
+
+        A persona without a name is titled "backthink".
 
         Args:
             message: the message of one round.
@@ -109,8 +129,9 @@ class AppriseChannel:
         """
         async with self._lock:
             try:
+                title = message.persona_name or DEFAULT_TITLE
                 delivered = await asyncio.to_thread(
-                    self._notify, message.text, message.persona_name
+                    self._notify, message.text, title, message.urgency
                 )
             except Exception as error:
                 # Plugins are third-party code. Only the type is kept, and the
@@ -121,6 +142,14 @@ class AppriseChannel:
         if not delivered:
             raise DeliveryError(self.name, "apprise could not deliver", retryable=True)
 
-    def _notify(self, text: str, title: str) -> bool:
+    def _notify(self, text: str, title: str, urgency: Urgency) -> bool:
         # apprise 1.x returns a bool, 2.x an AppriseResult whose truth is success.
-        return bool(self._client.notify(body=text, title=title))
+        return bool(
+            self._client.notify(
+                body=text,
+                title=title,
+                notify_type=self._types[urgency],
+                body_format=self._text,
+                tag=urgency.value,
+            )
+        )
