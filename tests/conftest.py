@@ -27,6 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # never decides an outcome. Tests that exercise quiet hours set them relative to now.
 OPEN_GATE: dict[str, object] = {"quiet_hours": ""}
 CLI_TIMEOUT_S = 60  # seconds for one command-line run
+DETECT_PORTS = "BACKTHINK_DETECT_PORTS"
+NO_SERVER_PORT = "9"  # the discard port: nothing listens there on a test machine
 
 
 # The real user's folders that backthink reads and writes by default; no test may touch them.
@@ -59,6 +61,9 @@ def private_folders(
     home = tmp_path_factory.mktemp("xdg")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
     monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
+    # Looking for model servers on this machine asks a port nothing listens on, not
+    # whatever happens to run on the usual ones.
+    monkeypatch.setenv(DETECT_PORTS, NO_SERVER_PORT)
 
 
 @pytest.fixture(scope="session")
@@ -182,6 +187,7 @@ socket = "{self.path / "bt.sock"}"
 def workdir(tmp_path: Path, fake: FakeOpenAI) -> Workdir:
     """A working folder whose config points at the fake endpoint."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BACKTHINK_", "OPENAI_"))}
+    env[DETECT_PORTS] = NO_SERVER_PORT
     env["BACKTHINK_MODEL__BASE_URL"] = fake.base_url
     env["BACKTHINK_MODEL__API_KEY"] = "sk-test-secret-0123456789"
     env["BACKTHINK_MODEL__NAME"] = "fake-model"

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import socket
 import sqlite3
-from collections.abc import AsyncIterator
+import subprocess
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -365,3 +367,36 @@ url = "tgram://{APPRISE_TOKEN}/12345"
         for text in [*outputs, dump]:
             assert secret not in text
     assert receiver.received and HOOK_SECRET.encode() not in receiver.received[0].body
+
+
+@pytest.fixture
+def frozen_folder(workdir: Workdir) -> Iterator[Path]:
+    """The workdir's database and its folder made unwritable (immutable, so root is held too)."""
+    workdir.cli("messages", "add", "--role", "user", "--text", "hi", "--at", "2026-01-01T00:00:00Z")
+    folder = workdir.path / "data"
+    folder.mkdir()
+    (workdir.path / "bt.db").rename(folder / "bt.db")
+    workdir.env = dict(workdir.env, BACKTHINK_DATABASE__URL=f"sqlite+aiosqlite:///{folder}/bt.db")
+    chattr = shutil.which("chattr")
+    targets = [str(folder / "bt.db"), str(folder)]
+    if chattr is None or subprocess.run([chattr, "+i", *targets], check=False).returncode != 0:
+        pytest.skip("cannot make a folder unwritable here (chattr +i is not permitted)")
+    try:
+        yield folder
+    finally:
+        subprocess.run([chattr, "-i", *targets], check=True)
+
+
+def test_a_read_only_folder_still_serves_the_reading_commands(
+    workdir: Workdir, frozen_folder: Path
+) -> None:
+    """rounds, status and memory list work; a writing command says it cannot write, and where."""
+    assert workdir.cli("rounds").stdout.strip() == "no rounds yet"
+    assert json.loads(workdir.cli("status", "--json").stdout)["last_round"] is None
+    assert workdir.cli("memory", "list").stdout.strip() == "no memories"
+    proc = workdir.cli("messages", "add", "--role", "user", "--text", "x", check=False)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (
+        f"backthink: cannot write the database: {frozen_folder / 'bt.db'} is read-only"
+        " (Operation not permitted)"
+    )

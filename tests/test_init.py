@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import CLI_TIMEOUT_S
+from conftest import CLI_TIMEOUT_S, DETECT_PORTS, NO_SERVER_PORT
 from fake_openai import FakeOpenAI
 
 KEY = "sk-init-secret-0123456789"
@@ -22,6 +22,7 @@ def clean_env(home: Path) -> dict[str, str]:
     for name in ("XDG_CONFIG_HOME", "XDG_STATE_HOME", "STATE_DIRECTORY"):
         env.pop(name, None)
     env["HOME"] = str(home)
+    env[DETECT_PORTS] = NO_SERVER_PORT
     return env
 
 
@@ -179,3 +180,47 @@ def test_init_interactive_asks(home: Path, tmp_path: Path, fake: FakeOpenAI) -> 
     assert (doc["owner"]["timezone"], doc["prompt"]["language"]) == ("Europe/Berlin", "zh")
     assert doc["model"]["base_url"] == fake.base_url
     assert "ok  model: fake-model" in out
+
+
+def test_init_detect_finds_a_local_server_and_its_model(
+    home: Path, tmp_path: Path, fake: FakeOpenAI
+) -> None:
+    """init --detect asks this machine's model servers and writes the first one found."""
+    env = dict(clean_env(home), **{DETECT_PORTS: f"{NO_SERVER_PORT} {fake.port}"})
+    proc = backthink("init", "--non-interactive", "--detect", cwd=tmp_path, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert f"found a model server at {fake.base_url}: fake-model" in proc.stdout
+    doc = tomllib.loads((home / ".config/backthink/backthink.toml").read_text(encoding="utf-8"))
+    assert doc["model"]["base_url"] == fake.base_url
+    assert doc["model"]["name"] == "fake-model"
+    assert "ok  model: fake-model" in proc.stdout
+
+
+def test_check_names_a_local_server_when_the_configured_one_is_silent(
+    home: Path, tmp_path: Path, fake: FakeOpenAI
+) -> None:
+    """A configured endpoint that does not answer: check names the server that does."""
+    env = dict(clean_env(home), **{DETECT_PORTS: str(fake.port)})
+    flags = ["init", "--non-interactive", "--base-url", "http://127.0.0.1:9/v1"]
+    proc = backthink(*flags, cwd=tmp_path, env=env)
+    assert proc.returncode == 1
+    assert f"a model server answers at {fake.base_url}, model 'fake-model'" in proc.stderr
+    assert "backthink init --detect" in proc.stderr
+
+
+def test_configs_written_elsewhere_keep_their_own_data(home: Path, tmp_path: Path) -> None:
+    """Two init --path configs never share a database; --data names the folder outright."""
+    env = clean_env(home)
+    for name in ("a", "b"):
+        flags = ["init", "--non-interactive", "--path", str(tmp_path / f"{name}.toml")]
+        backthink(*flags, cwd=tmp_path, env=env)
+    urls = {
+        name: tomllib.loads((tmp_path / f"{name}.toml").read_text(encoding="utf-8"))["database"]
+        for name in ("a", "b")
+    }
+    assert urls["a"]["url"] == f"sqlite+aiosqlite:///{tmp_path / 'a-data'}/backthink.db"
+    assert urls["b"]["url"] == f"sqlite+aiosqlite:///{tmp_path / 'b-data'}/backthink.db"
+    flags = ["init", "--non-interactive", "--path", str(tmp_path / "c.toml")]
+    backthink(*flags, "--data", str(tmp_path / "shared"), cwd=tmp_path, env=env)
+    text = (tmp_path / "c.toml").read_text(encoding="utf-8")
+    assert tomllib.loads(text)["daemon"]["socket"] == str(tmp_path / "shared/backthink.sock")

@@ -73,7 +73,7 @@ def memory_list(
     owner_id = settings.owner.id
 
     async def go() -> list[Memory]:
-        async with open_database(settings.database) as store:
+        async with open_database(settings.database, write=False) as store:
             return await store.memories.list(owner_id, kind=kind, limit=limit)
 
     _print_memories(run_sync(go()), settings, as_json=as_json)

@@ -25,7 +25,7 @@ def rounds(
     settings = c.for_owner(c.settings())
 
     async def go() -> list[RoundRecord]:
-        async with open_database(settings.database) as store:
+        async with open_database(settings.database, write=False) as store:
             if (spill := settings.database.spill_path) is not None:
                 # Rounds another process could not save belong in the log shown.
                 await Recorder(store.rounds, spill=Spill(spill)).drain(thorough=True)

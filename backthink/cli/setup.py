@@ -68,6 +68,20 @@ def init_cmd(
         bool, typer.Option("--non-interactive", help="Ask nothing; flags and defaults only.")
     ] = False,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing config.")] = False,
+    detect: Annotated[
+        bool,
+        typer.Option(
+            "--detect", help="Look for a model server on this machine and use the first found."
+        ),
+    ] = False,
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            "--data",
+            help="Folder of the database, state file and socket "
+            "(default: the user's state folder, or NAME-data beside a config elsewhere).",
+        ),
+    ] = None,
 ) -> None:
     """Write a starter config, then check it and print the next command."""
     from backthink.config import starter
@@ -81,10 +95,21 @@ def init_cmd(
     if target.exists() and not force:
         raise InputError(f"{target} exists: pass --force to overwrite it")
     ask = not non_interactive and sys.stdin.isatty()
+    suggested_url, suggested_model = starter.DEFAULT_BASE_URL, starter.DEFAULT_MODEL
+    if detect or (ask and base_url is None):
+        local = _local_servers()
+        if local:
+            suggested_url = local[0].base_url
+            suggested_model = local[0].models[0] if local[0].models else suggested_model
+            if not ask:
+                base_url = base_url or suggested_url
+                model = model or suggested_model
+        elif detect:
+            typer.echo("no model server answered on this machine's usual ports", err=True)
     if ask:
         typer.echo(f"Writing {target}. Press Enter to keep the suggestion in brackets.")
-        base_url = base_url or typer.prompt("Model endpoint", default=starter.DEFAULT_BASE_URL)
-        model = model or typer.prompt("Model name", default=starter.DEFAULT_MODEL)
+        base_url = base_url or typer.prompt("Model endpoint", default=suggested_url)
+        model = model or typer.prompt("Model name", default=suggested_model)
         if api_key is None and api_key_env is None:
             entered = typer.prompt(
                 "API key (kept in backthink.env, mode 0600; empty: read $OPENAI_API_KEY)",
@@ -108,7 +133,7 @@ def init_cmd(
         api_key=api_key,
         api_key_env=api_key_env,
     )
-    written = starter.write_starter(target, answers, force=force, env=env)
+    written = starter.write_starter(target, answers, force=force, env=env, data=data)
     typer.echo(f"wrote {written.config}")
     if written.env_file is not None:
         typer.echo(f"wrote {written.env_file} (mode 0600): the key")
@@ -122,6 +147,17 @@ def init_cmd(
         typer.echo(f"fix it in {written.config}, then run: backthink {config_flag}check")
         raise typer.Exit(1)
     typer.echo(f"next: backthink {config_flag}service install {scope}")
+
+
+def _local_servers() -> list[Any]:
+    """The model servers answering on this machine's usual ports, each said in one line."""
+    from backthink.model.local import find_local_servers, ports_to_ask
+
+    found = asyncio.run(find_local_servers(ports_to_ask(os.environ)))
+    for server in found:
+        models = ", ".join(server.models) or "no models listed"
+        typer.echo(f"found {server.kind} at {server.base_url}: {models}")
+    return found
 
 
 def _check(config: Path) -> str | None:

@@ -58,9 +58,20 @@ def is_system_path(path: Path) -> bool:
     return path.absolute().is_relative_to("/etc")
 
 
-def data_dir_for(config: Path, env: Mapping[str, str]) -> Path:
-    """Where a new config keeps its data: /var/lib/backthink for a system one, else the user's."""
-    return paths.SYSTEM_DATA_DIR if is_system_path(config) else paths.user_data_dir(env)
+def data_dir_for(config: Path, env: Mapping[str, str], data: Path | None = None) -> Path:
+    """Where a new config keeps its data, unless `data` says where.
+
+    /var/lib/backthink for a system config, the user's state folder for the
+    user's own config, and a folder beside any other config (`NAME-data` for
+    `NAME.toml`), so two configs never share one database unasked.
+    """
+    if data is not None:
+        return data.absolute()
+    if is_system_path(config):
+        return paths.SYSTEM_DATA_DIR
+    if config.absolute() == paths.user_config_path(env).absolute():
+        return paths.user_data_dir(env)
+    return config.absolute().with_name(f"{config.stem}-data")
 
 
 def local_timezone(env: Mapping[str, str]) -> str:
@@ -164,8 +175,17 @@ def _q(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def write_starter(path: Path, answers: Answers, *, force: bool, env: Mapping[str, str]) -> Written:
+def write_starter(
+    path: Path,
+    answers: Answers,
+    *,
+    force: bool,
+    env: Mapping[str, str],
+    data: Path | None = None,
+) -> Written:
     """Write the starter config (and the key's env file), refusing to overwrite without `force`.
+
+    `data` is the folder of its database, state file and socket (default: `data_dir_for`).
 
     Raises:
         InputError: the config exists and `force` is not set, or an answer is unusable.
@@ -176,7 +196,7 @@ def write_starter(path: Path, answers: Answers, *, force: bool, env: Mapping[str
         raise InputError(f"{path} exists: pass --force to overwrite it")
     if answers.api_key is not None and (not answers.api_key or "\n" in answers.api_key):
         raise InputError("--api-key: the key is empty or spans lines")
-    data_dir = data_dir_for(path, env)
+    data_dir = data_dir_for(path, env, data)
     text = render_starter(answers, data_dir)
     try:
         Settings(**tomllib.loads(text))

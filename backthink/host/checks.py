@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 
 from backthink.config import Settings
 from backthink.errors import BackthinkError, ModelNotConfiguredError
 from backthink.host.app import MODEL_MISSING_HINT, build_app
 from backthink.model.client import OpenAIModelClient
+from backthink.model.local import find_local_servers, ports_to_ask
 from backthink.redact import redact_url
 from backthink.store import open_database
 
@@ -48,12 +50,29 @@ async def run_checks(settings: Settings) -> AsyncIterator[str]:
     try:
         client = OpenAIModelClient(settings.model)
     except ModelNotConfiguredError:
-        raise CheckError(f"model: {MODEL_MISSING_HINT}") from None
+        raise CheckError(f"model: {MODEL_MISSING_HINT}{await _local_hint(None)}") from None
     try:
         async with client:
             detail = await client.probe()
     except BackthinkError as exc:
-        raise CheckError(f"model: {exc}") from None
+        raise CheckError(f"model: {exc}{await _local_hint(settings.model.base_url)}") from None
     yield (
         f"model: {settings.model.name} at {redact_url(settings.model.base_url or '')} ({detail})"
+    )
+
+
+async def _local_hint(configured: str | None) -> str:
+    """A pointer to a model server running on this machine, when one answers (else "")."""
+    found = [
+        server
+        for server in await find_local_servers(ports_to_ask(os.environ))
+        if server.base_url.rstrip("/") != (configured or "").rstrip("/")
+    ]
+    if not found:
+        return ""
+    server = found[0]
+    model = f", model {server.models[0]!r}" if server.models else ""
+    return (
+        f"; {server.kind} answers at {server.base_url}{model}"
+        " (backthink init --detect writes a config for it)"
     )

@@ -90,7 +90,12 @@ class Status:
                 ", ".join(f"{name} {health}" for name, health in self.channels.items())
                 or "none configured",
             ),
-            ("model", self.model),
+            (
+                "model",
+                f"{self.model}: set model.base_url, or run `backthink init --detect`"
+                if self.model == NOT_CONFIGURED
+                else self.model,
+            ),
         ]
         width = max(len(label) for label, _ in rows)
         return "\n".join(f"{label.ljust(width)}  {value}" for label, value in rows)
@@ -202,7 +207,7 @@ async def gather(settings: Settings, owner_id: str, *, at: datetime) -> Status:
         model_health(settings.model),
     )
     live = LiveStatus.from_json(answer) if answer is not None else None
-    async with open_database(settings.database) as store:
+    async with open_database(settings.database, write=False) as store:
         return await owner_status(
             settings,
             owner_id,

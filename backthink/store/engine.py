@@ -32,7 +32,9 @@ POOL_SIZE = 5
 POOL_OVERFLOW = 10
 
 
-def create_engine(url: str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> AsyncEngine:
+def create_engine(
+    url: str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS, read_only: bool = False
+) -> AsyncEngine:
     """Create the async engine for a database URL.
 
     For SQLite the database's folder is created if missing, a plain `sqlite://`
@@ -43,6 +45,8 @@ def create_engine(url: str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> AsyncE
     Args:
         url: an SQLAlchemy URL with an async driver, e.g. `sqlite+aiosqlite:///var/backthink.db`.
         busy_timeout_ms: how long a SQLite writer waits for a lock, in milliseconds.
+        read_only: open a SQLite file for reading only, as it is now (for a file in a
+            folder this process cannot write: SQLite could not keep its journal there).
 
     Raises:
         StoreError: the URL is malformed or the database folder cannot be created.
@@ -62,10 +66,17 @@ def create_engine(url: str, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> AsyncE
         raise ValueError("busy_timeout_ms must not be negative")
     if is_memory(parsed):
         engine = create_async_engine(parsed, poolclass=StaticPool)
+    elif read_only:
+        path = sqlite_path(parsed)
+        assert path is not None
+        # immutable: no journal, no lock files; a writer elsewhere is seen at the next open.
+        engine = create_async_engine(
+            f"{_SQLITE_ASYNC_DRIVER}:///file:{path}?mode=ro&immutable=1&uri=true"
+        )
     else:
         _make_parent_dir(parsed)
         engine = create_async_engine(parsed)
-    tune_sqlite(engine.sync_engine, busy_timeout_ms)
+    tune_sqlite(engine.sync_engine, busy_timeout_ms, read_only=read_only)
     return engine
 
 
@@ -108,8 +119,11 @@ def _make_parent_dir(url: URL) -> None:
         raise StoreError(f"cannot create database folder {path.parent}: {exc.strerror}") from None
 
 
-def tune_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
-    """Install the per-connection PRAGMAs and SQLAlchemy-controlled transactions."""
+def tune_sqlite(engine: Engine, busy_timeout_ms: int, *, read_only: bool = False) -> None:
+    """Install the per-connection PRAGMAs and SQLAlchemy-controlled transactions.
+
+    A read-only connection keeps the journal mode the file has.
+    """
 
     # The DB-API connection here is aiosqlite's adapter; `isolation_level` is a
     # sqlite3 attribute outside the DB-API protocol that SQLAlchemy types it by.
@@ -121,7 +135,8 @@ def tune_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
         try:
             # The busy timeout comes first: switching to WAL may itself wait for a lock.
             cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            cursor.execute("PRAGMA journal_mode = WAL")
+            if not read_only:
+                cursor.execute("PRAGMA journal_mode = WAL")
             cursor.execute("PRAGMA foreign_keys = ON")
             # In WAL mode NORMAL is still corruption-safe and skips an fsync per commit.
             cursor.execute("PRAGMA synchronous = NORMAL")

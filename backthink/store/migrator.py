@@ -8,6 +8,8 @@ the head revision (a test keeps that schema identical to the migrated one).
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -120,3 +122,35 @@ async def migrate(engine: AsyncEngine) -> None:
                     return
             if not await conn.run_sync(_create_current):
                 await conn.run_sync(_upgrade)
+
+
+async def schema_version(engine: AsyncEngine) -> str | None:
+    """The revision the database's schema is at (None: no schema yet), read without writing.
+
+    Raises:
+        StoreError: the database cannot be read.
+    """
+    with store_errors("could not read the database"):
+        async with engine.connect() as conn:
+            return await conn.run_sync(_current)
+
+
+def unwritable(path: Path | None) -> str | None:
+    """Why this process cannot write a SQLite file and its journal, or None when it can.
+
+    SQLite writes the file and keeps its journal (`-wal`, `-shm`) beside it, so
+    both the file and its folder must be writable.
+    """
+    if path is None or not path.parent.is_dir():
+        return None
+    if path.exists():
+        try:
+            os.close(os.open(path, os.O_RDWR))
+        except OSError as exc:
+            return f"{path} is read-only ({exc.strerror})"
+    try:
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as exc:
+        return f"its folder {path.parent} is read-only ({exc.strerror})"
+    return None
