@@ -196,6 +196,10 @@ class RecordingChannel:
         """Whether the gate may choose this channel."""
         return self._connected
 
+    def disconnect(self) -> None:
+        """From now on the channel is not connected."""
+        self._connected = False
+
     def fail_next(self, count: int = 1, *, retryable: bool = True) -> None:
         """Make the next `count` sends fail."""
         self._failures.extend(

@@ -42,12 +42,17 @@ class DayModel(ScriptedModel):
     def __init__(self) -> None:
         super().__init__()
         self.stall: asyncio.Event | None = None
+        self.drops: RecordingChannel | None = None
+        """A channel that goes away while the model thinks (then stays away)."""
 
     async def complete(
         self, messages: Sequence[ModelMessage], *, tools: Sequence[Mapping[str, Any]] = ()
     ) -> ModelReply:
         if self.stall is not None:
             await self.stall.wait()
+        if self.drops is not None:
+            self.drops.disconnect()
+            self.drops = None
         return await super().complete(messages, tools=tools)
 
 
@@ -110,7 +115,8 @@ async def run_day(url: str) -> list[RoundRecord]:
     main = thinker(settings())
     skip_quiet = thinker(settings(quiet_mode="skip"))
     nowhere = thinker(settings(), channels=[RecordingChannel("web", connected=False)])
-    unrouted = thinker(settings(default_channel=None))
+    lone = RecordingChannel("web")
+    unrouted = thinker(settings(), channels=[lone])
 
     async def at(hour: int, minute: int = 0) -> None:
         clock.set(DAY.replace(hour=22, minute=30) + timedelta(hours=hour - 6, minutes=minute - 30))
@@ -217,11 +223,13 @@ async def run_day(url: str) -> list[RoundRecord]:
     await at(20, 45)
     model.push(push("今晚早点睡吧。", "warning"))
     await heartbeat()
-    # 21:30 nowhere to send: no connected channel (pre-gate), and no route after the model.
+    # 21:30 nowhere to send: no connected channel (pre-gate), and the only channel gone
+    # while the model thought (no route after the model).
     await at(21, 30)
     await heartbeat(nowhere)
     clock.advance(timedelta(minutes=1))
     model.push(push("晚安。"))
+    model.drops = lone
     await unrouted.run_round("night-owner", "heartbeat")
     # 22:00 a round still thinking when the next heartbeat fires: busy.
     await at(22, 0)

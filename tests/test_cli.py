@@ -98,7 +98,7 @@ def test_rounds_shows_the_audit_log(workdir: Workdir, fake: FakeOpenAI) -> None:
         "ms",
         "tools",
     ]
-    assert "startup" in table[1] and "no_route" in table[1]
+    assert "startup" in table[1] and "delivered" in table[1] and " web " in table[1]
     assert "heartbeat" in table[2] and "no_push" in table[2]
     data = json.loads(workdir.cli("rounds", "--json", "--limit", "1").stdout)
     assert len(data) == 1 and data[0]["trigger"] == "startup"

@@ -19,9 +19,15 @@ PUSH = "先想一想。\n[我决定:push]\n[紧急:warning]\n组会加油，你�
 BODY = "组会加油，你准备得很充分了。"
 
 
-def with_webhook(workdir: Workdir, receiver: WebhookReceiver, extra: str = "") -> None:
+def with_webhook(
+    workdir: Workdir,
+    receiver: WebhookReceiver,
+    extra: str = "",
+    gate: dict[str, object] | None = None,
+) -> None:
     workdir.write_config(
-        f"""
+        gate=gate,
+        extra=f"""
 [channels.web]
 type = "web"
 
@@ -78,7 +84,8 @@ def test_channel_down_ends_failed_and_visible(
     workdir: Workdir, fake: FakeOpenAI, receiver: WebhookReceiver
 ) -> None:
     """A receiver answering 500 every time: retried, then failed/delivery_failed, in rounds."""
-    with_webhook(workdir, receiver)
+    # The phone is the only way to the owner: nothing else may take the message instead.
+    with_webhook(workdir, receiver, gate={"default_channel": "phone"})
     receiver.script(500, 500, 500)
     fake.script(PUSH)
     proc = workdir.cli("think", "--json", check=False)

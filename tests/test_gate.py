@@ -663,7 +663,10 @@ CHANNEL_TABLE = [
                  id="most-recent-connected-owner-channel"),
     pytest.param(None, (None, "phone"), ("web", "phone"), None, "web", False,
                  id="none-channel-counts-as-web"),
-    pytest.param(None, (None,), ("phone",), None, None, False, id="web-not-connected"),
+    pytest.param(None, (None,), ("phone",), None, "phone", False,
+                 id="web-not-connected-the-next-connected-one"),
+    pytest.param(None, (None,), ("phone",), "web", None, False,
+                 id="web-not-connected-and-named-default"),
     pytest.param(None, (), ("web", "phone"), "phone", "phone", False, id="default-when-nothing"),
     pytest.param(None, ("phone",), ("web", "phone"), "web", "phone", False,
                  id="owner-channel-before-default"),
@@ -768,6 +771,8 @@ def scenario(applies: frozenset[str]) -> Verdict:
         min_interval="2h" if "min_interval" in applies else "10m",
         daily_cap=0 if "daily_cap" in applies else 10,
         max_unanswered=0 if "unanswered" in applies else 10,
+        # A default that is not connected leaves nowhere else to go.
+        default_channel="web" if "no_route" in applies else None,
     )
     earlier = pushed(NOON - timedelta(minutes=30), body="午饭吃了吗？")
     owner_wrote = timedelta(minutes=5) if "owner_active" in applies else timedelta(hours=20)
@@ -1038,25 +1043,30 @@ def test_a_new_owner_is_reached_in_the_session_by_default() -> None:
         default_channel=None,
         session_channel="web",
     )
-    assert found == ["web"]
+    assert found == ["web", "phone"]  # the session first, then whatever else can reach them
 
 
 @pytest.mark.parametrize(
-    ("connected", "owner_channels", "session", "skipped"),
+    ("connected", "owner_channels", "session", "default", "skipped"),
     [
-        (["web"], [], "web", False),  # the session channel takes an auto push
-        (["phone"], ["phone"], None, False),  # the owner's own channel does
-        (["phone"], [], None, True),  # nowhere for an auto push to go: decided before the model
-        (["phone"], [None], "web", True),  # the session channel is not connected now
-        ([], [], "web", True),  # nothing connected at all
+        (["web"], [], "web", None, False),  # the session channel takes an auto push
+        (["phone"], ["phone"], None, None, False),  # the owner's own channel does
+        (["phone"], [None], "web", None, False),  # the session is away: the phone takes it
+        (["phone"], [None], "web", "web", True),  # ... unless the default is the session
+        (["phone"], [], None, "email", True),  # a default that cannot deliver now
+        ([], [], "web", None, True),  # nothing connected at all
     ],
 )
 def test_a_round_that_could_reach_no_channel_skips_before_the_model(
-    connected: list[str], owner_channels: list[str | None], session: str | None, skipped: bool
+    connected: list[str],
+    owner_channels: list[str | None],
+    session: str | None,
+    default: str | None,
+    skipped: bool,
 ) -> None:
     """The pre-gate ends a round skipped/no_route when an auto push would have nowhere to go."""
     verdict = pre_gate(
-        settings=GateSettings(quiet_hours="off"),
+        settings=GateSettings(quiet_hours="off", default_channel=default),
         tz=ZoneInfo("UTC"),
         connected=connected,
         last_owner_message_at=None,

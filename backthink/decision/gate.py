@@ -165,8 +165,10 @@ def channel_candidates(
     owner's most recent messages among connected ones, newest first (a message
     stored without a channel was said in the main session: it counts as
     `session_channel`, the configured channel of type web, when there is one);
-    then the default channel when connected (unset: the session channel). Each
-    name appears once.
+    then the default channel when connected. Unset, the default is the session
+    channel, and after it every other connected channel in configuration order:
+    a push reaches the owner wherever they can be reached now. Each name
+    appears once; a round still uses exactly one of them.
     """
     notes: list[str] = []
     found: list[str] = []
@@ -181,7 +183,12 @@ def channel_candidates(
         add(named)
     for channel in owner_channels:
         add(channel or session_channel)
-    add(default_channel if default_channel is not None else session_channel)
+    if default_channel is not None:
+        add(default_channel)
+    else:
+        add(session_channel)
+        for name in connected:
+            add(name)
     return found, tuple(notes)
 
 

@@ -27,6 +27,7 @@ _WORDS: dict[str, str] = {
     Reason.OWNER_ACTIVE: "the owner was writing just then; a companion does not interrupt",
     Reason.NO_ROUTE: "no connected channel could carry a message",
     Reason.DISABLED: "rounds are paused (backthink pause, or the page's pause button)",
+    Reason.NO_MODEL: "no model endpoint is configured, so nothing was asked or spent",
     Reason.NO_PUSH: "the model decided it had nothing to say",
     Reason.PARSE_FAILED: "the reply had no clear decision footer, so nothing was sent",
     Reason.EMPTY_BODY: "the model decided to push but wrote no message",
@@ -57,7 +58,7 @@ def reason_words(outcome: Outcome, reason: str) -> str:
     if reason == Reason.QUIET_HOURS:
         return _QUIET.get(outcome, "quiet hours")
     if outcome is Outcome.SKIPPED and reason == Reason.NO_ROUTE:
-        return "no channel was connected, so the model was not asked at all"
+        return "no channel could carry a message now, so the model was not asked at all"
     return _WORDS.get(reason, "no explanation known for this reason code")
 
 
