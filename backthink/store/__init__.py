@@ -15,6 +15,8 @@ from backthink.store.migrator import migrate
 from backthink.store.outbox import SqlOutbox
 from backthink.store.owners import SqlOwnerStore
 from backthink.store.rounds import SqlRoundStore
+from backthink.store.session import SqlSession
+from backthink.store.tokens import SqlTokenStore
 from backthink.store.volatile import (
     MemoryMemoryStore,
     MemoryMessageStore,
@@ -36,7 +38,9 @@ __all__ = [
     "SqlOutbox",
     "SqlOwnerStore",
     "SqlRoundStore",
+    "SqlSession",
     "SqlStores",
+    "SqlTokenStore",
     "create_engine",
     "migrate",
     "open_database",
@@ -54,6 +58,8 @@ class SqlStores:
     outbox: SqlOutbox
     memories: SqlMemoryStore
     owners: SqlOwnerStore
+    session: SqlSession
+    tokens: SqlTokenStore
 
 
 async def open_store(
@@ -87,6 +93,15 @@ async def open_database(settings: DatabaseSettings) -> AsyncIterator[SqlStores]:
     """
     db, messages, rounds = await open_store(settings.url, busy_timeout_ms=settings.busy_timeout_ms)
     try:
-        yield SqlStores(db, messages, rounds, SqlOutbox(db), SqlMemoryStore(db), SqlOwnerStore(db))
+        yield SqlStores(
+            db,
+            messages,
+            rounds,
+            SqlOutbox(db),
+            SqlMemoryStore(db),
+            SqlOwnerStore(db),
+            SqlSession(db),
+            SqlTokenStore(db),
+        )
     finally:
         await db.dispose()
