@@ -77,9 +77,9 @@ class SqlSession:
         return await self._page(owner_id, after, limit, session_id, pushes_only=False)
 
     async def pushes(
-        self, owner_id: str, *, after: int, limit: int, session_id: str = MAIN_SESSION
+        self, owner_id: str, *, after: int | None, limit: int, session_id: str = MAIN_SESSION
     ) -> list[SessionEntry] | None:
-        """The companion's pushes after the message `after`, oldest first.
+        """The companion's pushes after the message `after`, oldest first (None: the newest).
 
         Returns None when `after` is not a message of this owner's session.
         """
