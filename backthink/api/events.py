@@ -31,7 +31,6 @@ log = structlog.get_logger("backthink.api")
 
 KEEPALIVE_S = 15.0  # seconds between comment lines on a quiet stream (and re-reads)
 BATCH = 100  # pushes read from the session at a time
-RETRY_MS = 3000  # milliseconds a client waits before reconnecting, as the stream suggests
 HEADERS = {"cache-control": "no-store", "x-accel-buffering": "no"}
 
 
@@ -83,7 +82,7 @@ class EventRoutes:
             self._open.add(wake)
             log.debug("api.stream_opened", owner_id=owner_id)
             try:
-                yield f"retry: {RETRY_MS}\n: connected\n\n".encode()
+                yield b": connected\n\n"
                 while not self._closing.is_set():
                     # Cleared before reading: a push announced during the read wakes the next wait.
                     wake.clear()

@@ -93,11 +93,14 @@ class Relay:
         """The owner's requests and tokens through the relay since the daemon started."""
         return self._usage.get(owner_id, Usage())
 
+    async def settled(self) -> None:
+        """Wait until the session writes under way (turns and replies) are done."""
+        while pending := [t for t in self._writing.values() if not t.done()]:
+            await asyncio.gather(*pending, return_exceptions=True)
+
     async def close(self) -> None:
         """Finish the session writes under way and close the upstream connections."""
-        pending = list(self._writing.values())
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+        await self.settled()
         await self._client.aclose()
 
     def _upstream(self, path: str) -> str:

@@ -11,8 +11,9 @@ first; what the session holds after the anchor is compared with the trailing
 user messages:
 
 - nothing after it: a new turn, every trailing user message is new;
-- the same user messages (and perhaps a reply): a retry after a failed call,
-  or a regenerated reply; nothing is stored twice;
+- user messages that end with the first of the trailing ones (and perhaps
+  replies): a retry after a failed call, or a regenerated reply; what the
+  session holds is not stored twice;
 - other user messages: the front-end edited its last turn; the edited text is
   new and is stored.
 
@@ -119,11 +120,7 @@ def plan(messages: Sequence[Any], session: Sequence[SessionEntry]) -> Turn:
         start = _last_turn(chat)
         after = [e for _, e in chat[start:]]
         cut = chat[start - 1][0] if start > 0 else -1
-    held = 0
-    for said_, entry in zip(new, after, strict=False):
-        if not said_.same(entry.message.role, entry.message.text):
-            break
-        held += 1
+    held = _held(new, [e for e in after if e.message.role == "user"])
     pushes = [
         e
         for e in session[cut + 1 :]
@@ -143,6 +140,15 @@ def _anchor(before: Sequence[Said], chat: Sequence[tuple[int, SessionEntry]]) ->
         if all(s.same(e.message.role, e.message.text) for s, (_, e) in pairs):
             return end
     return None
+
+
+def _held(new: Sequence[Said], users: Sequence[SessionEntry]) -> int:
+    """How many of the new messages (from the first) the session's last user messages are."""
+    for count in range(min(len(new), len(users)), 0, -1):
+        tail = users[len(users) - count :]
+        if all(s.same("user", e.message.text) for s, e in zip(new[:count], tail, strict=True)):
+            return count
+    return 0
 
 
 def _last_turn(chat: Sequence[tuple[int, SessionEntry]]) -> int:
