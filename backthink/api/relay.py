@@ -44,7 +44,7 @@ from backthink.store.importing import parse_one
 
 log = structlog.get_logger("backthink.relay")
 
-SESSION_TAIL = 60  # newest session messages a turn is matched against
+SESSION_TAIL = 30  # newest session messages a turn is matched against
 CONNECT_TIMEOUT_S = 10.0  # seconds to reach the upstream
 
 

@@ -78,7 +78,7 @@ async def serve(
     host, port = address
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
-        sock = socket.create_server((host, port), family=family)
+        sock = _listening_socket(host, port, family)
     except OSError as exc:
         why = os.strerror(exc.errno) if exc.errno else str(exc)
         raise BackthinkError(f"{key} {listen!r}: cannot listen: {why}") from None
@@ -112,3 +112,21 @@ async def serve(
     for event in ready:
         log.info(event, url=url, **(fields or {}))
     return HttpServer(server, task, url)
+
+
+def _listening_socket(host: str, port: int, family: socket.AddressFamily) -> socket.socket:
+    """A listening TCP socket whose protocol is named.
+
+    asyncio turns TCP_NODELAY on for accepted connections only when the
+    listening socket names its protocol; with protocol 0, Nagle's algorithm and
+    the client's delayed ACK would hold small responses back by ~40 ms.
+    """
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen()
+    except BaseException:
+        sock.close()
+        raise
+    return sock

@@ -9,55 +9,87 @@ query. Writes are idempotent by the chat app's own message id.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC
+from functools import cache
 from typing import Any
 
 from pydantic import TypeAdapter
-from sqlalchemy import and_, insert, or_
+from sqlalchemy import Integer, and_, bindparam, insert, or_
 from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
 from backthink.models import MAIN_SESSION, DeliveryState, Message, SessionEntry
+from backthink.store.columns import UTCDateTime
 from backthink.store.database import Database
 from backthink.store.failures import store_errors
 from backthink.store.messages import message_values
 from backthink.store.tables import DeliveryRow, MessageRow
 
 _MESSAGE = TypeAdapter(Message)
+_MESSAGES = TypeAdapter(list[Message])
 _STATES: dict[str | None, DeliveryState] = {
     "sent": "delivered",
     "failed": "undelivered",
     "pending": "pending",
 }
-_ENTRY_COLUMNS = (*(col(c) for c in MessageRow.__table__.columns), col(DeliveryRow.status))  # type: ignore[attr-defined]
 _INSERT = insert(MessageRow).returning(col(MessageRow.id))
 
 
-def _entry(row: RowMapping) -> SessionEntry:
-    values = dict(row)
-    status = values.pop("status")
-    message = _MESSAGE.validate_python(values)
-    if message.origin != "proactive":
-        return SessionEntry(message)
-    # A push whose outbox row is gone (or was never there) tells by its own flag.
-    state = _STATES.get(status) or ("undelivered" if message.undelivered else "delivered")
-    return SessionEntry(message, state)
+def _entries(rows: Sequence[RowMapping]) -> list[SessionEntry]:
+    """Rows of message columns plus the delivery's `status`, validated in one pass."""
+    values = [dict(row) for row in rows]
+    statuses = [v.pop("status") for v in values]
+    out: list[SessionEntry] = []
+    for message, status in zip(_MESSAGES.validate_python(values), statuses, strict=True):
+        if message.origin != "proactive":
+            out.append(SessionEntry(message))
+            continue
+        # A push whose outbox row is gone (or was never there) tells by its own flag.
+        state = _STATES.get(status) or ("undelivered" if message.undelivered else "delivered")
+        out.append(SessionEntry(message, state))
+    return out
 
 
-def _entries(owner_id: str, session_id: str) -> Any:
-    query = select(*_ENTRY_COLUMNS).outerjoin(
-        DeliveryRow, col(DeliveryRow.id) == col(MessageRow.round_id)
+@cache
+def _query(*, pushes_only: bool, after: bool) -> Any:
+    """A page of entries, with bound parameters; built once per kind, so a call builds none.
+
+    Parameters: `owner_id`, `session_id`, `limit`, and with `after` the
+    position `after_at`, `after_id` to read on from (oldest first); without it
+    the newest come first.
+    """
+    columns: list[Any] = [col(c) for c in MessageRow.__table__.columns]  # type: ignore[attr-defined]
+    columns.append(col(DeliveryRow.status))
+    query = (
+        select(*columns)
+        .outerjoin(DeliveryRow, col(DeliveryRow.id) == col(MessageRow.round_id))
+        .where(
+            col(MessageRow.owner_id) == bindparam("owner_id"),
+            col(MessageRow.session_id) == bindparam("session_id"),
+        )
     )
-    return query.where(
-        col(MessageRow.owner_id) == owner_id, col(MessageRow.session_id) == session_id
+    if pushes_only:
+        query = query.where(col(MessageRow.origin) == "proactive")
+    created, ident = col(MessageRow.created_at), col(MessageRow.id)
+    if after:
+        at = bindparam("after_at", type_=UTCDateTime)
+        query = query.where(
+            or_(created > at, and_(created == at, ident > bindparam("after_id")))
+        ).order_by(created, ident)
+    else:
+        query = query.order_by(created.desc(), ident.desc())
+    return query.limit(bindparam("limit", type_=Integer))
+
+
+@cache
+def _position_query() -> Any:
+    """When a message of an owner's session was said; parameters `id`, `owner_id`, `session_id`."""
+    return select(col(MessageRow.created_at)).where(
+        col(MessageRow.id) == bindparam("id"),
+        col(MessageRow.owner_id) == bindparam("owner_id"),
+        col(MessageRow.session_id) == bindparam("session_id"),
     )
-
-
-def _later(at: datetime, message_id: int) -> Any:
-    """After the message at (at, message_id) in session order."""
-    created = col(MessageRow.created_at)
-    return or_(created > at, and_(created == at, col(MessageRow.id) > message_id))
 
 
 class SqlSession:
@@ -90,27 +122,23 @@ class SqlSession:
     ) -> list[SessionEntry] | None:
         if limit < 0:
             raise ValueError(f"limit must not be negative, got {limit}")
-        query = _entries(owner_id, session_id)
-        if pushes_only:
-            query = query.where(col(MessageRow.origin) == "proactive")
+        params: dict[str, Any] = {"owner_id": owner_id, "session_id": session_id, "limit": limit}
+        newest = _query(pushes_only=pushes_only, after=False)
+        later = _query(pushes_only=pushes_only, after=True)
 
-        def read(conn: Connection) -> list[RowMapping] | None:
+        def read(conn: Connection) -> Sequence[RowMapping] | None:
             if after is None:
-                newest = query.order_by(
-                    col(MessageRow.created_at).desc(), col(MessageRow.id).desc()
-                )
-                return list(reversed(conn.execute(newest.limit(limit)).mappings().all()))
-            at = _position(conn, owner_id, session_id, after)
+                return list(reversed(conn.execute(newest, params).mappings().all()))
+            where = {"id": after, "owner_id": owner_id, "session_id": session_id}
+            at = conn.execute(_position_query(), where).scalar_one_or_none()
             if at is None:
                 return None
-            later = query.where(_later(at, after)).order_by(
-                col(MessageRow.created_at), col(MessageRow.id)
-            )
-            return list(conn.execute(later.limit(limit)).mappings().all())
+            params.update(after_at=at, after_id=after)
+            return conn.execute(later, params).mappings().all()
 
         with store_errors("could not read messages"):
             rows = await self._db.read(read)
-            return None if rows is None else [_entry(row) for row in rows]
+            return None if rows is None else _entries(rows)
 
     async def last_id(self, owner_id: str, *, session_id: str = MAIN_SESSION) -> int | None:
         """The id of the session's newest message, or None for an empty session."""
@@ -169,13 +197,3 @@ class SqlSession:
                 # Another writer stored one of these client ids in between; now it is known.
                 return await self._db.write(run)
 
-
-def _position(conn: Connection, owner_id: str, session_id: str, message_id: int) -> datetime | None:
-    """When the owner's message `message_id` was said, or None when it is not theirs."""
-    query = select(col(MessageRow.created_at)).where(
-        col(MessageRow.id) == message_id,
-        col(MessageRow.owner_id) == owner_id,
-        col(MessageRow.session_id) == session_id,
-    )
-    found: datetime | None = conn.execute(query).scalar_one_or_none()
-    return found

@@ -11,13 +11,14 @@ import hashlib
 import secrets
 from datetime import datetime
 
-from sqlalchemy import delete, insert
+from sqlalchemy import bindparam, delete, insert
 from sqlmodel import col, select
 
 from backthink.store.database import Database
 from backthink.store.failures import store_errors
 from backthink.store.tables import ApiTokenRow
 
+_OWNER_OF = select(col(ApiTokenRow.owner_id)).where(col(ApiTokenRow.digest) == bindparam("digest"))
 TOKEN_PREFIX = "bt_"
 TOKEN_BYTES = 32  # random bytes in a token
 
@@ -44,11 +45,9 @@ class SqlTokenStore:
 
     async def owner_of(self, token: str) -> str | None:
         """The owner a token belongs to, or None for a token nobody was given."""
-        query = select(col(ApiTokenRow.owner_id)).where(
-            col(ApiTokenRow.digest) == token_digest(token)
-        )
+        params = {"digest": token_digest(token)}
         with store_errors("could not read tokens"):
-            return await self._db.read(lambda c: c.execute(query).scalar_one_or_none())
+            return await self._db.read(lambda c: c.execute(_OWNER_OF, params).scalar_one_or_none())
 
     async def any(self) -> bool:
         """Whether any owner has a token at all."""
