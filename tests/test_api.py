@@ -373,3 +373,18 @@ async def test_page_and_api_share_one_listener(tmp_path: Path, fake: FakeOpenAI)
                 assert foreign.status_code == 403
         finally:
             await doors.stop()
+
+
+async def test_an_owner_past_the_rate_limit_gets_429_until_time_passes(rig: Rig) -> None:
+    """A burst beyond the limit is refused with Retry-After; the other owner is not held up."""
+    from backthink.api.access import BURST, RATE_PER_S
+
+    async with rig.client() as c, rig.client("p") as p:
+        for _ in range(BURST):
+            assert (await c.get("/v1/messages", params={"limit": 0})).status_code == 200
+        over = await c.get("/v1/messages")
+        assert over.status_code == 429 and over.headers["retry-after"] == "1"
+        assert "too many requests" in over.json()["error"]
+        assert (await p.get("/v1/messages")).status_code == 200
+        rig.clock.advance(timedelta(seconds=1 / RATE_PER_S))
+        assert (await c.get("/v1/messages")).status_code == 200
