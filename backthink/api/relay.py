@@ -78,7 +78,7 @@ class Relay:
         base = settings.relay.upstream or model.base_url
         self._base = base.rstrip("/") if base else None
         key = settings.relay.secret
-        if key is None and not settings.relay.upstream and model.api_key is not None:
+        if key is None and model.api_key is not None:
             key = model.api_key.get_secret_value() or None
         self._headers = {"authorization": f"Bearer {key}"} if key else {}
         self._client = httpx2.AsyncClient(
