@@ -6,7 +6,7 @@ The ground floor: every room imports it, and it imports nothing of backthink.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -169,6 +169,8 @@ class Message(_Frozen):
     """The round a written-back message belongs to."""
     undelivered: bool = False
     """A written-back push whose delivery failed: kept for the gate, not shown to the model."""
+    client_id: str | None = None
+    """The id a chat app gave the message (unique per owner): sending it again stores nothing."""
 
 
 class MemoryKind(StrEnum):
@@ -264,6 +266,34 @@ class SessionView:
 
     recent: list[Message]
     last_owner_message_at: datetime | None
+
+
+DeliveryState = Literal["delivered", "undelivered", "pending"]
+
+
+@dataclass(frozen=True)
+class SessionEntry:
+    """One message of the session as chat apps see it: a push carries its delivery state."""
+
+    message: Message
+    delivery: DeliveryState | None = None
+    """None for a chat message; for a push: delivered, undelivered or still pending."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The message object of `GET /v1/messages` and `messages list --json`; times in UTC."""
+        m = self.message
+        return {
+            "id": m.id,
+            "client_id": m.client_id,
+            "role": m.role,
+            "text": m.text,
+            "image": m.image,
+            "at": m.created_at.astimezone(UTC).isoformat(),
+            "channel": m.channel,
+            "speaker": m.speaker,
+            "origin": m.origin,
+            "delivery": self.delivery,
+        }
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ GROUPS = (
     ("recall", 900),
     ("pg_recall", 300),
     ("workers", 900),
+    ("relay", 180),
 )
 TERM_GRACE_S = 45.0  # seconds a stopped group gets to stop its own children
 

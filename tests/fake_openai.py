@@ -12,6 +12,9 @@ As a process (the daemon's process tests)::
     python tests/fake_openai.py --port 0 --reply "[decision:no_push]"
     python tests/fake_openai.py --replies replies.jsonl
 
+A request with ``"stream": true`` gets its reply as chat-completion chunks (Server-Sent
+Events), ended by ``data: [DONE]``.
+
 The process prints one line, ``FAKE_OPENAI_READY http://127.0.0.1:PORT/v1``, once it
 accepts connections, and stops cleanly on SIGTERM or SIGINT. A replies file holds one
 script item per line in the JSON form that `item_from_json` reads. Control endpoints let
@@ -42,7 +45,7 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 HOST = "127.0.0.1"
@@ -53,6 +56,7 @@ STARTUP_TIMEOUT_S = 10.0  # seconds to wait for the server to accept connections
 SHUTDOWN_TIMEOUT_S = 5.0  # seconds to wait for the server thread to finish
 STARTED_POLL_S = 0.005  # seconds between checks of uvicorn's `started` flag
 CHARS_PER_TOKEN = 4  # a rough count is enough for usage figures
+STREAM_PIECE = 8  # characters of a streamed reply per chunk
 # What llama-cpp-python's server answers for a response_format type it does not read.
 SCHEMA_FORM_MESSAGE = "body.response_format.type: Input should be 'text' or 'json_object'"
 # What llama.cpp's server answers when it runs a model without a vision projector.
@@ -69,6 +73,8 @@ class Reply:
     delay_s: float = 0.0
     reasoning: str | None = None
     usage: bool = True
+    stream_delay_s: float = 0.0
+    """Seconds between the pieces of a streamed answer."""
 
 
 @dataclass(frozen=True)
@@ -551,6 +557,8 @@ class FakeOpenAI:
             ]
         elif item.reasoning is not None:
             message["reasoning_content"] = item.reasoning
+        if recorded.body.get("stream") is True and isinstance(item, Reply):
+            return self._stream(completion, item, recorded.body)
         completion["choices"] = [{"index": 0, "message": message, "finish_reason": finish}]
         if not isinstance(item, Reply) or item.usage:
             prompt = " ".join(_message_text(m) for m in recorded.body.get("messages") or [])
@@ -561,6 +569,39 @@ class FakeOpenAI:
                 "total_tokens": rough_tokens(prompt) + completion_tokens,
             }
         return JSONResponse(completion)
+
+    def _stream(self, completion: dict[str, Any], item: Reply, body: dict[str, Any]) -> Response:
+        """A streamed reply: a role chunk, the text in pieces, a finish chunk, [DONE].
+
+        Usage follows in a chunk of its own when `stream_options.include_usage` asks for it.
+        """
+        base = {**completion, "object": "chat.completion.chunk"}
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            return f"data: {json.dumps({**base, 'choices': [choice]})}\n\n".encode()
+
+        pieces = [item.text[i : i + STREAM_PIECE] for i in range(0, len(item.text), STREAM_PIECE)]
+        options = body.get("stream_options")
+        usage = isinstance(options, dict) and options.get("include_usage") is True
+
+        async def events() -> Any:
+            yield chunk({"role": "assistant", "content": ""})
+            for piece in pieces:
+                await self._pause(item.stream_delay_s)
+                yield chunk({"content": piece})
+            yield chunk({}, "stop")
+            if usage:
+                prompt = " ".join(_message_text(m) for m in body.get("messages") or [])
+                counts = {
+                    "prompt_tokens": rough_tokens(prompt),
+                    "completion_tokens": rough_tokens(item.text),
+                    "total_tokens": rough_tokens(prompt) + rough_tokens(item.text),
+                }
+                yield f"data: {json.dumps({**base, 'choices': [], 'usage': counts})}\n\n".encode()
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
 
     async def _models(self, request: Request) -> Response:
         await self._record(request)

@@ -1,18 +1,22 @@
-"""`backthink messages`: the owner's main session, added to or imported."""
+"""`backthink messages`: the owner's main session, added to, imported or listed."""
 
 from __future__ import annotations
 
 import sys
+from datetime import tzinfo
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from backthink.cli.common import OwnerOption, command_context, run_sync
 from backthink.errors import InputError
 
+if TYPE_CHECKING:
+    from backthink.models import SessionEntry
+
 messages_app = typer.Typer(
-    help="Add or import main-session messages.", no_args_is_help=True, rich_markup_mode=None
+    help="Add, import or list main-session messages.", no_args_is_help=True, rich_markup_mode=None
 )
 
 
@@ -102,3 +106,58 @@ def messages_import(
             return count
 
     typer.echo(f"imported {run_sync(go())} messages from {file}")
+
+
+LIST_MAX = 10_000  # messages `messages list` prints at most
+
+
+@messages_app.command("list")
+def messages_list(
+    ctx: typer.Context,
+    limit: Annotated[
+        int, typer.Option("--limit", min=0, max=LIST_MAX, help="How many of the newest.")
+    ] = 50,
+    as_json: Annotated[
+        bool, typer.Option("--json", help='Print {"messages": [...]} as GET /v1/messages does.')
+    ] = False,
+    owner: OwnerOption = None,
+) -> None:
+    """Show the main session, oldest first: what was said, and what the companion pushed."""
+    from backthink.cli.common import print_json
+    from backthink.store import open_database
+
+    c = command_context(ctx, owner)
+    settings = c.for_owner(c.settings())
+
+    async def go() -> list[SessionEntry]:
+        async with open_database(settings.database, write=False) as store:
+            found = await store.session.page(settings.owner.id, after=None, limit=limit)
+            return found or []
+
+    entries = run_sync(go())
+    if as_json:
+        print_json({"messages": [e.to_json() for e in entries]})
+        return
+    if not entries:
+        typer.echo("no messages yet")
+        return
+    tz = settings.owner.tz
+    for entry in entries:
+        typer.echo(_line(entry, tz))
+
+
+def _line(entry: SessionEntry, tz: tzinfo) -> str:
+    """One readable line: id, local time, who, where, and the text on one line."""
+    m = entry.message
+    who = m.role if m.speaker is None else f"{m.role}:{m.speaker}"
+    where = [m.channel or "session"]
+    if entry.delivery is not None:
+        where.insert(0, f"push {entry.delivery}")
+    text = " ".join(m.text.split())
+    if len(text) > LINE_CHARS:
+        text = text[: LINE_CHARS - 1] + "…"
+    at = m.created_at.astimezone(tz).strftime("%Y-%m-%d %H:%M")
+    return f"{m.id:>6}  {at}  {who}  [{', '.join(where)}]  {text}"
+
+
+LINE_CHARS = 120  # characters of a message's text `messages list` shows on its line

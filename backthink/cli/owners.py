@@ -1,4 +1,4 @@
-"""`backthink owners`: add, list, change and remove the owners kept in the database.
+"""`backthink owners`: add, list, change and remove the owners kept in the database; API tokens.
 
 The config file's owners (`[owner]`, `[owners.ID]`) are listed too, and
 written into the table at every start; they are changed in the file, not
@@ -183,7 +183,29 @@ def owners_remove(
 
     async def remove(store: SqlStores, settings: Settings) -> Any:
         _managed(await store.owners.get(owner_id), owner_id)
+        await store.tokens.revoke(owner_id)
         return await store.owners.remove(owner_id)
 
     _with_store(ctx, remove)
     typer.echo(f"removed owner {owner_id}")
+
+
+@owners_app.command("token")
+def owners_token(
+    ctx: typer.Context,
+    owner_id: Annotated[str, typer.Argument(metavar="ID", help="The owner's id.")],
+    revoke: Annotated[
+        bool, typer.Option("--revoke", help="Delete every token of the owner instead.")
+    ] = False,
+) -> None:
+    """Print a new API token for the owner (shown once; only its digest is kept)."""
+    from backthink.host.app import SystemClock
+
+    async def issue(store: SqlStores, settings: Settings) -> str:
+        if await store.owners.get(owner_id) is None:
+            raise InputError(f"unknown owner {owner_id!r} (backthink owners list)")
+        if revoke:
+            return f"revoked {await store.tokens.revoke(owner_id)} token(s) of owner {owner_id}"
+        return await store.tokens.issue(owner_id, at=SystemClock().now())
+
+    typer.echo(_with_store(ctx, issue))

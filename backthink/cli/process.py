@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -11,23 +12,49 @@ from backthink.cli.common import Context, OwnerOption, command_context, print_js
 from backthink.host import logs
 from backthink.models import Outcome
 
+if TYPE_CHECKING:
+    from backthink.config import Settings
+    from backthink.host.daemon import OpenDoors
+
 
 def run(ctx: typer.Context) -> None:
     """Run the daemon: startup greeting, heartbeats, cron triggers, delivery."""
-    from backthink.host.daemon import OpenDoors, run_daemon
+    from backthink.host.daemon import run_daemon
 
     c: Context = ctx.obj
     settings = c.settings()
     logs.configure(stream=sys.stdout, level="debug" if c.debug else "info")
     # Without --owner the daemon serves every enabled owner, and new ones as they are added.
     only = [c.owner_id(settings)] if c.owner is not None else None
-    doors: OpenDoors | None = None
-    if settings.web.listen:
-        # Imported here: without [web] listen the daemon never loads the page's modules.
+    raise typer.Exit(run_sync(run_daemon(settings, owners=only, doors=_doors(settings))))
+
+
+def _doors(settings: Settings) -> OpenDoors | None:
+    """The HTTP doors the configuration asks for: the page, the API, one listener or two.
+
+    Each is imported only when asked for: without [web] or [api] listen the
+    daemon never loads their modules.
+    """
+    from backthink.host.daemon import all_doors
+
+    openers: list[OpenDoors] = []
+    shared = settings.api.listen and settings.api.listen == settings.web.listen
+    if settings.web.listen and not shared:
         from backthink.web import open_page
 
-        doors = open_page
-    raise typer.Exit(run_sync(run_daemon(settings, owners=only, doors=doors)))
+        openers.append(open_page)
+    if settings.api.listen:
+        from backthink.api import open_api
+
+        page = None
+        if shared:
+            from backthink.web import page_app
+
+            page = page_app
+        openers.append(functools.partial(open_api, page=page))
+    if not openers:
+        return None
+    return openers[0] if len(openers) == 1 else all_doors(*openers)
 
 
 def worker(ctx: typer.Context) -> None:

@@ -12,6 +12,7 @@ from backthink.config.channels import (
 )
 from backthink.config.loader import CONFIG_ENV, load_settings, resolve_config_path
 from backthink.config.sections import (
+    ApiSettings,
     DaemonSettings,
     DatabaseSettings,
     GateSettings,
@@ -22,6 +23,7 @@ from backthink.config.sections import (
     OwnerSettings,
     PersonaSettings,
     PromptSettings,
+    RelaySettings,
     ScheduleSettings,
     StateSettings,
     ToolsSettings,
@@ -41,6 +43,7 @@ from backthink.models import known_zone
 __all__ = [
     "CONFIG_ENV",
     "LOOPBACK_HOSTS",
+    "ApiSettings",
     "AppriseChannelSettings",
     "ChannelSettings",
     "DaemonSettings",
@@ -55,6 +58,7 @@ __all__ = [
     "PersonaSettings",
     "PromptSettings",
     "QuietHours",
+    "RelaySettings",
     "ScheduleSettings",
     "Settings",
     "StateSettings",

@@ -315,3 +315,52 @@ class WebSettings(_Section):
                 f"web.listen {self.listen!r} is not a loopback address: set web.token "
                 "(anyone who can reach the address could read and pause the companion)"
             )
+
+class ApiSettings(_Section):
+    """The HTTP API for chat apps and the relay: off unless `listen` names an address."""
+
+    listen: str = ""
+    # A client that read the session this recently counts as present: the session
+    # channel (type web) is connected while one is, or while an event stream is open.
+    seen_window: Duration = timedelta(minutes=10)
+    max_body_bytes: int = Field(default=1_048_576, ge=1024, le=1_073_741_824)
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        value = value.strip()
+        if value:
+            split_listen(value)
+        return value
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        """The (host, port) to listen on, or None when the API is off."""
+        return split_listen(self.listen) if self.listen else None
+
+    @property
+    def loopback(self) -> bool:
+        """Whether the API listens on a loopback address only."""
+        address = self.address
+        return address is not None and address[0] in LOOPBACK_HOSTS
+
+
+class RelaySettings(_Section):
+    """Where the relay forwards chat completions: another endpoint, or the model's own."""
+
+    upstream: str = ""
+    api_key: SecretStr | None = None
+
+    @field_validator("upstream")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        value = value.strip()
+        if value and not re.match(r"https?://[^/\s]+", value):
+            raise ValueError(f"{redact_url(value)!r} is not an http(s) URL")
+        return value
+
+    @property
+    def secret(self) -> str | None:
+        """The upstream's key, or None when none is set (the model's key is used then)."""
+        key = self.api_key.get_secret_value() if self.api_key is not None else ""
+        return key or None

@@ -9,6 +9,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from backthink.config.channels import ChannelSettings, _default_channels
 from backthink.config.sections import (
+    ApiSettings,
     DaemonSettings,
     DatabaseSettings,
     GateSettings,
@@ -18,6 +19,7 @@ from backthink.config.sections import (
     OwnerSettings,
     PersonaSettings,
     PromptSettings,
+    RelaySettings,
     ScheduleSettings,
     StateSettings,
     ToolsSettings,
@@ -51,6 +53,8 @@ class Settings(BaseSettings):
     tools: ToolsSettings = ToolsSettings()
     web: WebSettings = WebSettings()
     worker: WorkerSettings = WorkerSettings()
+    api: ApiSettings = ApiSettings()
+    relay: RelaySettings = RelaySettings()
     channels: dict[str, ChannelSettings] = Field(default_factory=_default_channels)
     owners: dict[str, OwnerEntry] = Field(default_factory=dict)
 

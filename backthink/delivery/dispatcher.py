@@ -9,7 +9,10 @@ the round id as its idempotency key, so a receiver that saw the first attempt
 of a resumed delivery can drop the second.
 
 The main session's own channel (the configured channel of type web) has no
-sender: the write-back is its delivery, so its row is committed as sent.
+sender: the write-back is its delivery, so its row is committed as sent. With
+the API on, that channel is connected only while the owner's audience is
+there to see it (`backthink.delivery.audience`), and every push, on any
+channel, is announced to the owner's open event streams.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from datetime import datetime, timedelta
 import structlog
 
 from backthink.config import PersonaSettings
+from backthink.delivery.audience import OwnerAudience
 from backthink.errors import DeliveryError
 from backthink.models import Decision, Message
 from backthink.ports import Channel, Clock, Outbox
@@ -86,6 +90,7 @@ class Dispatcher:
         cooldown: timedelta = DEFAULT_COOLDOWN,
         backoff_s: Sequence[float] = DEFAULT_BACKOFF_S,
         sleep: Sleep | None = None,
+        audience: OwnerAudience | None = None,
     ) -> None:
         """Create the dispatcher.
 
@@ -99,6 +104,9 @@ class Dispatcher:
             cooldown: how long a channel that failed a delivery counts as disconnected.
             backoff_s: waits before the second, third, ... attempt.
             sleep: how to wait (tests pass one that returns at once).
+            audience: the owner's API clients (None without the API): the session
+                channel is connected only while they are there, and they hear of
+                every push.
         """
         self._outbox = outbox
         self._senders = senders
@@ -111,6 +119,7 @@ class Dispatcher:
         self._down_until: dict[str, datetime] = {}
         self._backoff = tuple(backoff_s)
         self._sleep = sleep or asyncio.sleep
+        self._audience = audience
 
     @property
     def session_channel(self) -> str | None:
@@ -120,10 +129,11 @@ class Dispatcher:
     def connected(self) -> list[str]:
         """Names of the channels that can deliver now, in configuration order."""
         now = self._clock.now()
+        watched = self._audience is None or self._audience.present(now)
         return [
             name
             for name in self._order
-            if name == self._session
+            if (name == self._session and watched)
             or (
                 name in self._senders
                 and self._senders[name].connected
@@ -142,6 +152,14 @@ class Dispatcher:
         Raises:
             StoreError: the commit failed; nothing was written and nothing sent.
         """
+        try:
+            return await self._hand_over(handoff)
+        finally:
+            if self._audience is not None:
+                # The streams read the session themselves: waking them for nothing is harmless.
+                self._audience.announce()
+
+    async def _hand_over(self, handoff: Handoff) -> DeliveryResult:
         at = handoff.at
         message = OutgoingMessage(
             round_id=handoff.round_id,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Final
 
 from backthink.config import Settings, WebChannelSettings
 from backthink.config.shipped import default_persona, prompt_templates
+from backthink.delivery.audience import Audience
 from backthink.delivery.channels import build_channels
 from backthink.delivery.dispatcher import Dispatcher, Sleep
 from backthink.errors import ConfigError, ModelNotConfiguredError
@@ -155,6 +156,7 @@ def build_app(
     spill: Spill | None = None,
     memories: MemoryStore | None = None,
     tools: Sequence[Tool] = (),
+    audience: Audience | None = None,
 ) -> App:
     """Wire the whole object graph; every part not given is built from `settings`.
 
@@ -165,6 +167,8 @@ def build_app(
     `model=None` means no endpoint is configured (rounds then fail with a
     clear note). `spill` keeps round records the database refuses. `tools` are
     offered beside the built-in and MCP tools (an embedding program's own).
+    `audience` (the API's clients, when it is on) decides whether the session
+    channel is connected, and hears of every push.
 
     Raises:
         ConfigError: templates, persona prompt or a channel's settings cannot work.
@@ -191,6 +195,7 @@ def build_app(
         session_channel=session_channel(settings, channels or {}),
         cooldown=settings.gate.channel_cooldown,
         sleep=sleep,
+        audience=audience.of(settings.owner.id) if audience is not None else None,
     )
     requests = RequestBuilder(
         settings,

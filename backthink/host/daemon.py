@@ -20,7 +20,8 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
 
 from backthink.config import Settings
-from backthink.errors import BackthinkError
+from backthink.delivery.audience import Audience
+from backthink.errors import BackthinkError, ConfigError
 from backthink.host import poke
 from backthink.host.app import MODEL_MISSING_HINT, settle_heap
 from backthink.host.fleet import Fleet, open_fleet
@@ -48,6 +49,37 @@ class Doors(Protocol):
 
 OpenDoors = Callable[[Fleet, list[str], Live], Awaitable[Doors]]
 """Opens the doors over the fleet for its owners (the default one first)."""
+
+
+class _AllDoors:
+    """Several open doors, stopped together."""
+
+    def __init__(self, doors: Sequence[Doors]) -> None:
+        self._doors = list(doors)
+
+    async def stop(self) -> None:
+        """Stop every door, the last opened first."""
+        for door in reversed(self._doors):
+            await door.stop()
+
+
+def all_doors(*openers: OpenDoors) -> OpenDoors:
+    """One opener for several doors (the page and the API on different addresses).
+
+    A door that cannot open closes those opened before it.
+    """
+
+    async def open_all(fleet: Fleet, owners: list[str], live: Live) -> Doors:
+        opened: list[Doors] = []
+        try:
+            for opener in openers:
+                opened.append(await opener(fleet, owners, live))
+        except BaseException:
+            await _AllDoors(opened).stop()
+            raise
+        return _AllDoors(opened)
+
+    return open_all
 
 GREETING_MARK = "startup_greeting"
 RECORD_GRACE_S = 5.0  # seconds a cut-off round gets to record itself, past the busy timeout
@@ -373,10 +405,20 @@ async def run_daemon(
     `doors` opens the HTTP doors the configuration asks for.
 
     Raises:
-        ConfigError: the page would listen beyond loopback without a token.
+        ConfigError: the page would listen beyond loopback without a token, or
+            the API without any owner's token.
     """
     settings.web.check_serving()
-    async with open_fleet(settings) as fleet:
+    # The API's clients, whom every owner's dispatcher asks whether the session
+    # channel is watched; without the API it is always connected.
+    audience = Audience(settings.api.seen_window) if settings.api.listen else None
+    async with open_fleet(settings, audience=audience) as fleet:
+        public = settings.api.listen and not settings.api.loopback
+        if public and not await fleet.stores.tokens.any():
+            raise ConfigError(
+                f"api.listen {settings.api.listen!r} is not a loopback address and no owner "
+                "has a token: run `backthink owners token ID` first"
+            )
         settle_heap()
         daemon = Daemon(fleet, owners, doors=doors)
         with on_stop_signals(daemon.request_stop):

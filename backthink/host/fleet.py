@@ -25,6 +25,7 @@ import structlog
 from backthink.config import Settings
 from backthink.config.owners import config_owners, owner_settings
 from backthink.config.shipped import prompt_templates
+from backthink.delivery.audience import Audience
 from backthink.delivery.dispatcher import UNRECORDED_LOOKBACK
 from backthink.errors import BackthinkError, ConfigError, InputError, StoreError
 from backthink.host.app import App, SystemClock, build_app, model_from_settings, read_persona_prompt
@@ -33,7 +34,7 @@ from backthink.ports import Clock, ModelClient, Outbox, OwnerStore
 from backthink.records import RoundRecord
 from backthink.round.prompts import PromptBook
 from backthink.round.record import Recorder, RoundStart, Spill, unstarted_record
-from backthink.store import open_database
+from backthink.store import SqlStores, open_database
 from backthink.store.claims import OwnerClaims
 
 log = structlog.get_logger("backthink.fleet")
@@ -63,11 +64,15 @@ class Fleet:
         model: ModelClient | None,
         claims: OwnerClaims | None = None,
         recorder: Recorder | None = None,
+        stores: SqlStores | None = None,
+        audience: Audience | None = None,
     ) -> None:
         """Serve the owners of `owners` (an OwnerStore), wiring their apps with `wire`.
 
         `claims` are the distributed worker's claims on the owner table;
-        `recorder` records rounds that could not start.
+        `recorder` records rounds that could not start; `stores` are the open
+        database's (the API reads sessions and tokens there); `audience` the
+        API's clients, which every app's dispatcher asks.
         """
         self.settings = settings
         self.clock = clock
@@ -82,6 +87,19 @@ class Fleet:
         self._settings: dict[str, tuple[Owner, Settings]] = {}
         self._books: dict[tuple[Path | Traversable, Language], PromptBook] = {}
         self._personas: dict[tuple[Path | None, str, str], str] = {}
+        self._stores = stores
+        self.audience = audience
+
+    @property
+    def stores(self) -> SqlStores:
+        """The open database's stores.
+
+        Raises:
+            ConfigError: the fleet serves no database of its own (a test's stores).
+        """
+        if self._stores is None:
+            raise ConfigError("the API needs the database's own stores")
+        return self._stores
 
     @property
     def claims(self) -> OwnerClaims:
@@ -290,6 +308,8 @@ async def open_fleet(settings: Settings, **overrides: object) -> AsyncIterator[F
             model=shared,
             claims=OwnerClaims(db.db.engine),
             recorder=Recorder(db.rounds, spill=spill),
+            stores=db,
+            audience=cast(Audience | None, overrides.get("audience")),
         )
         await fleet.sync(clock.now())
         if spill is not None:

@@ -20,6 +20,8 @@ from backthink.store.migrator import HEAD_REVISION, migrate, schema_version, unw
 from backthink.store.outbox import SqlOutbox
 from backthink.store.owners import SqlOwnerStore
 from backthink.store.rounds import SqlRoundStore
+from backthink.store.session import SqlSession
+from backthink.store.tokens import SqlTokenStore
 from backthink.store.volatile import (
     MemoryMemoryStore,
     MemoryMessageStore,
@@ -41,7 +43,9 @@ __all__ = [
     "SqlOutbox",
     "SqlOwnerStore",
     "SqlRoundStore",
+    "SqlSession",
     "SqlStores",
+    "SqlTokenStore",
     "create_engine",
     "migrate",
     "open_database",
@@ -59,6 +63,8 @@ class SqlStores:
     outbox: SqlOutbox
     memories: SqlMemoryStore
     owners: SqlOwnerStore
+    session: SqlSession
+    tokens: SqlTokenStore
 
 
 async def open_store(
@@ -125,6 +131,15 @@ async def open_database(
         settings.url, busy_timeout_ms=settings.busy_timeout_ms, write=write
     )
     try:
-        yield SqlStores(db, messages, rounds, SqlOutbox(db), SqlMemoryStore(db), SqlOwnerStore(db))
+        yield SqlStores(
+            db,
+            messages,
+            rounds,
+            SqlOutbox(db),
+            SqlMemoryStore(db),
+            SqlOwnerStore(db),
+            SqlSession(db),
+            SqlTokenStore(db),
+        )
     finally:
         await db.dispose()

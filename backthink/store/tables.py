@@ -1,4 +1,4 @@
-"""The SQLModel tables: message, round, the delivery outbox, long-term memory and owners.
+"""The SQLModel tables: message, round, the delivery outbox, long-term memory, owners, tokens.
 
 Rows are storage only; the stores convert them to the pydantic models of
 `backthink.models` at the boundary, so no row object leaves this package.
@@ -75,6 +75,15 @@ class MessageRow(_Table, table=True):
             postgresql_where=text("round_id IS NOT NULL"),
         ),
         CheckConstraint(_one_of("origin", ORIGINS), name="origin"),
+        # A chat app's own id for a message makes sending it twice harmless.
+        Index(
+            "ix_message_client",
+            "owner_id",
+            "client_id",
+            unique=True,
+            sqlite_where=text("client_id IS NOT NULL"),
+            postgresql_where=text("client_id IS NOT NULL"),
+        ),
     )
 
     # INTEGER (not BIGINT) so that SQLite makes it an alias of the rowid.
@@ -93,6 +102,7 @@ class MessageRow(_Table, table=True):
         default=False, sa_type=Boolean, sa_column_kwargs={"server_default": false()}
     )
     created_at: datetime = Field(sa_type=UTCDateTime)
+    client_id: str | None = Field(default=None, sa_type=String)
 
 
 class RoundRow(_Table, table=True):
@@ -216,3 +226,14 @@ class OwnerRow(_Table, table=True):
     updated_at: datetime = Field(sa_type=UTCDateTime)
     next_due_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     greeted_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+
+
+class ApiTokenRow(_Table, table=True):
+    """One bearer token of the API: only its SHA-256 digest is kept, never the token."""
+
+    __tablename__ = "api_token"
+    __table_args__ = (Index("ix_api_token_owner", "owner_id"),)
+
+    digest: str = Field(primary_key=True, sa_type=String)
+    owner_id: str = Field(sa_type=String)
+    created_at: datetime = Field(sa_type=UTCDateTime)

@@ -5,6 +5,6 @@ Imported only when `[web] listen` is set; a daemon without the page never loads 
 
 from __future__ import annotations
 
-from backthink.web.server import WebServer, build_asgi, open_page, start_web
+from backthink.web.server import WebServer, build_asgi, open_page, page_app, start_web
 
-__all__ = ["WebServer", "build_asgi", "open_page", "start_web"]
+__all__ = ["WebServer", "build_asgi", "open_page", "page_app", "start_web"]

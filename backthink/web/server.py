@@ -7,17 +7,12 @@ exactly what it costs without the page.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
-import socket
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from datetime import date
 from typing import Any
 from urllib.parse import parse_qs
 
 import structlog
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -28,6 +23,7 @@ from backthink.errors import BackthinkError, InputError, StoreError
 from backthink.host.app import App
 from backthink.host.fleet import Fleet
 from backthink.host.live import Live, LiveStatus
+from backthink.host.serving import HttpServer, serve
 from backthink.host.status import NOT_CONFIGURED, Status, model_health, owner_status
 from backthink.models import MemoryKind, Message
 from backthink.records import RoundRecord
@@ -45,9 +41,6 @@ DAY_MESSAGES = 2000  # owner messages one day's page draws at most
 API_ROUNDS_MAX = 1000  # rounds /api/rounds returns at most
 MEMORIES_SHOWN = 200  # thoughts, and memories, listed at most on /memory
 FORM_MAX_BYTES = 4096  # bytes of a form body; the page's forms send a few dozen
-START_TIMEOUT_S = 10.0  # seconds for the server to begin accepting connections
-STOP_TIMEOUT_S = 5.0  # seconds for the server to finish on shutdown
-GRACEFUL_S = 2  # seconds open connections get to finish once the daemon stops
 SECURITY_HEADERS = {
     # Nothing but the page's own stylesheet and script ever runs or loads, so even
     # text that slipped past escaping could not execute.
@@ -307,34 +300,11 @@ def build_asgi(app: App, owner_id: str, *, live: Live | None = None) -> Starlett
     return Starlette(routes=[Route(path, _guarded(guard, h), methods=[m]) for path, h, m in routes])
 
 
-class _Server(uvicorn.Server):
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        # The daemon owns SIGTERM and SIGINT; it stops this server itself when it drains.
-        yield
+WebServer = HttpServer
+"""The page's server (the one listener it shares with the API when their addresses match)."""
 
 
-class WebServer:
-    """The page's server, running as a task of the daemon's event loop."""
-
-    def __init__(self, server: uvicorn.Server, task: asyncio.Task[None], url: str) -> None:
-        """Wrap a started server; use `start_web`."""
-        self._server = server
-        self._task = task
-        self.url = url
-
-    async def stop(self) -> None:
-        """Stop accepting, let open requests finish briefly, and end the task."""
-        self._server.should_exit = True
-        try:
-            await asyncio.wait_for(self._task, STOP_TIMEOUT_S)
-        except TimeoutError:
-            log.warning("web.stop_timeout")
-        except Exception:
-            log.exception("web.failed")
-
-
-async def start_web(app: App, owner_id: str, *, live: Live | None = None) -> WebServer:
+async def start_web(app: App, owner_id: str, *, live: Live | None = None) -> HttpServer:
     """Listen on `web.listen` and serve the page until `stop`.
 
     Raises:
@@ -343,43 +313,21 @@ async def start_web(app: App, owner_id: str, *, live: Live | None = None) -> Web
     web = app.settings.web
     address = web.address
     assert address is not None, "start_web needs web.listen"
-    host, port = address
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    try:
-        sock = socket.create_server((host, port), family=family)
-    except OSError as exc:
-        why = os.strerror(exc.errno) if exc.errno else str(exc)
-        raise BackthinkError(f"web.listen {web.listen!r}: cannot listen: {why}") from None
-    config = uvicorn.Config(
+    return await serve(
         build_asgi(app, owner_id, live=live),
-        log_config=None,
-        access_log=False,
-        lifespan="off",
-        ws="none",
-        server_header=False,
-        proxy_headers=False,
-        timeout_graceful_shutdown=GRACEFUL_S,
+        address,
+        key="web.listen",
+        listen=web.listen,
+        ready=["web.ready"],
+        fields={"token": web.secret is not None},
     )
-    server = _Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        async with asyncio.timeout(START_TIMEOUT_S):
-            while not server.started:
-                if task.done():
-                    task.result()
-                    raise BackthinkError(f"web.listen {web.listen!r}: the server did not start")
-                await asyncio.sleep(0.01)
-    except BaseException:
-        task.cancel()
-        sock.close()
-        raise
-    bound = sock.getsockname()[1]
-    shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{bound}/"
-    log.info("web.ready", url=url, token=web.secret is not None)
-    return WebServer(server, task, url)
 
 
-async def open_page(fleet: Fleet, owners: list[str], live: Live) -> WebServer:
+async def page_app(fleet: Fleet, owners: list[str], live: Live) -> Starlette:
+    """The page of the daemon's first owner as an ASGI application, to share a listener."""
+    return build_asgi(await fleet.app(owners[0]), owners[0], live=live)
+
+
+async def open_page(fleet: Fleet, owners: list[str], live: Live) -> HttpServer:
     """The daemon's doors when `[web] listen` is set: the page of its first owner."""
     return await start_web(await fleet.app(owners[0]), owners[0], live=live)

@@ -1,0 +1,214 @@
+"""The OpenAPI document of the API, served at `/v1/openapi.json` (a test keeps it in step)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+VERSION = "1.0.0"
+
+_ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {"error": {"type": "string", "description": "What was wrong, naming the field."}},
+}
+_MESSAGE = {
+    "type": "object",
+    "required": ["id", "role", "text", "at", "origin"],
+    "properties": {
+        "id": {"type": "integer", "description": "backthink's id; the order of the session."},
+        "client_id": {"type": ["string", "null"], "description": "The chat app's own id."},
+        "role": {"type": "string", "enum": ["user", "assistant", "system"]},
+        "text": {"type": "string"},
+        "image": {"type": ["string", "null"], "description": "An image URL or data URI."},
+        "at": {"type": "string", "format": "date-time", "description": "ISO 8601, UTC."},
+        "channel": {"type": ["string", "null"], "description": "null: the session itself."},
+        "speaker": {"type": ["string", "null"], "description": "The persona that said it."},
+        "origin": {"type": "string", "enum": ["chat", "proactive"]},
+        "delivery": {
+            "type": ["string", "null"],
+            "enum": [None, "delivered", "undelivered", "pending"],
+            "description": "null for a chat message; a push's delivery state.",
+        },
+    },
+}
+_NEW_MESSAGE = {
+    "type": "object",
+    "required": ["role", "text"],
+    "additionalProperties": False,
+    "properties": {
+        "id": {
+            "type": "string",
+            "maxLength": 200,
+            "description": "The chat app's own id: sending it again stores nothing new.",
+        },
+        "role": {"type": "string", "enum": ["user", "assistant", "system"]},
+        "text": {"type": "string", "maxLength": 1_000_000},
+        "channel": {"type": "string"},
+        "speaker": {"type": "string"},
+        "image": {"type": "string"},
+        "at": {
+            "type": "string",
+            "format": "date-time",
+            "description": "Default now; without an offset, the owner's local time.",
+        },
+    },
+}
+_MESSAGES = {
+    "type": "object",
+    "required": ["messages"],
+    "properties": {
+        "messages": {"type": "array", "items": {"$ref": "#/components/schemas/Message"}}
+    },
+}
+
+
+def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"content": {"application/json": {"schema": schema}}}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    words = {
+        400: "A field is missing or wrong; the error names it.",
+        401: "No token, or one nobody was given.",
+        404: "Not found; the error says what.",
+        413: "The body is larger than api.max_body_bytes.",
+        429: "Too many requests; see Retry-After.",
+        502: "The upstream cannot be reached.",
+    }
+    ref = {"$ref": "#/components/schemas/Error"}
+    return {str(s): {"description": words[s], **_json(ref)} for s in statuses}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of every `/v1/` endpoint."""
+    security: list[dict[str, list[str]]] = [{"bearer": []}]
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "backthink API",
+            "version": VERSION,
+            "description": "The owner's main session for chat apps, the companion's pushes as "
+            "they are delivered, and an OpenAI-compatible relay. A bearer token "
+            "(`backthink owners token ID`) names the owner.",
+        },
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                "Error": _ERROR,
+                "Message": _MESSAGE,
+                "NewMessage": _NEW_MESSAGE,
+                "Messages": _MESSAGES,
+            },
+        },
+        "security": security,
+        "paths": {
+            "/v1/messages": {
+                "post": {
+                    "summary": "Add one message or a list to the main session (idempotent by id)",
+                    "requestBody": {
+                        "required": True,
+                        **_json(
+                            {
+                                "oneOf": [
+                                    _ref("NewMessage"),
+                                    {"type": "array", "items": _ref("NewMessage")},
+                                ]
+                            }
+                        ),
+                    },
+                    "responses": {
+                        "200": {"description": "As stored.", **_json(_ref("Messages"))},
+                        **_errors(400, 401, 413, 429),
+                    },
+                },
+                "get": {
+                    "summary": "The main session, oldest first; without after, the newest limit",
+                    "parameters": [
+                        {
+                            "name": "after",
+                            "in": "query",
+                            "schema": {"type": "integer", "minimum": 0},
+                            "description": "A message id of this session: the messages after it.",
+                        },
+                        {
+                            "name": "limit",
+                            "in": "query",
+                            "schema": {"type": "integer", "minimum": 0, "maximum": 1000},
+                            "description": "At most this many (default 50).",
+                        },
+                    ],
+                    "responses": {
+                        "200": {"description": "A page of the session.", **_json(_ref("Messages"))},
+                        **_errors(400, 401, 404, 429),
+                    },
+                },
+            },
+            "/v1/events": {
+                "get": {
+                    "summary": "The owner's pushes as Server-Sent Events (event: push)",
+                    "description": "Each event's id is the message id and its data the message "
+                    "object; Last-Event-ID resumes after that push; a comment line keeps the "
+                    "stream alive at least every 15 s. While a stream is open the session "
+                    "channel counts as connected.",
+                    "parameters": [
+                        {"name": "Last-Event-ID", "in": "header", "schema": {"type": "string"}}
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "The stream.",
+                            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                        },
+                        **_errors(401, 429),
+                    },
+                },
+            },
+            "/v1/status": {
+                "get": {
+                    "summary": "The owner's `backthink status --json` object",
+                    "responses": {
+                        "200": {"description": "The status.", **_json({"type": "object"})},
+                        **_errors(401, 429),
+                    },
+                },
+            },
+            "/v1/chat/completions": {
+                "post": {
+                    "summary": "The relay: an OpenAI chat completion, streamed or not",
+                    "description": "Forwarded to relay.upstream; the new user messages and the "
+                    "complete reply are kept in the main session, and the pushes since the "
+                    "previous turn are shown to the model before the newest user message.",
+                    "requestBody": {"required": True, **_json({"type": "object"})},
+                    "responses": {
+                        "200": {
+                            "description": "The upstream's answer, passed through.",
+                            "content": {
+                                "application/json": {"schema": {"type": "object"}},
+                                "text/event-stream": {"schema": {"type": "string"}},
+                            },
+                        },
+                        **_errors(400, 401, 413, 429, 502),
+                    },
+                },
+            },
+            "/v1/models": {
+                "get": {
+                    "summary": "The upstream's models, passed through",
+                    "responses": {
+                        "200": {"description": "The model list.", **_json({"type": "object"})},
+                        **_errors(401, 429, 502),
+                    },
+                },
+            },
+            "/v1/openapi.json": {
+                "get": {
+                    "summary": "This document",
+                    "security": [],
+                    "responses": {"200": {"description": "OpenAPI 3.1.", **_json({})}},
+                },
+            },
+        },
+    }

@@ -1,0 +1,138 @@
+"""The API's session routes: messages in, messages out, the owner's status.
+
+Bodies are validated as `messages import` validates its lines (roles, sizes,
+no future dates), plus the chat app's own optional `id`, which makes sending
+a message twice harmless. Reading the session counts as a client being there
+(`api.seen_window`): the session channel stays connected for a while.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from backthink.api.access import Access
+from backthink.api.bodies import Refusal, parse_json, read_body
+from backthink.config import Settings
+from backthink.errors import InputError
+from backthink.host.fleet import Fleet
+from backthink.host.live import Live, LiveStatus
+from backthink.host.status import model_health, owner_status
+from backthink.models import Message, SessionEntry
+from backthink.store.importing import parse_one
+
+PAGE_DEFAULT = 50  # messages a page holds when the request does not say
+PAGE_MAX = 1000  # messages a page holds at most
+POST_MAX = 1000  # messages one POST may carry
+CLIENT_ID_CHARS = 200  # characters of a chat app's message id, at most
+
+
+class SessionRoutes:
+    """`/v1/messages` and `/v1/status` over the fleet's owners."""
+
+    def __init__(self, fleet: Fleet, access: Access, *, live: Live, max_body_bytes: int) -> None:
+        """Serve every owner of `fleet`; `live` answers what only the daemon knows."""
+        self._fleet = fleet
+        self._access = access
+        self._live = live
+        self._limit = max_body_bytes
+        self._session = fleet.stores.session
+        self.relay_usage: Callable[[str], dict[str, int]] | None = None
+        """The owner's requests and tokens through the relay, shown in the status."""
+
+    async def post_messages(self, request: Request) -> Response:
+        """POST /v1/messages: store one message or a list; answer them as stored."""
+        owner_id = await self._access.owner(request)
+        data = parse_json(await read_body(request, self._limit))
+        single = isinstance(data, dict)
+        items = [data] if single else data
+        if not isinstance(items, list):
+            raise Refusal(400, "body: expected a message object or a list of them")
+        if len(items) > POST_MAX:
+            raise Refusal(400, f"body: more than {POST_MAX} messages in one request")
+        app = await self._fleet.app(owner_id)
+        now = app.clock.now()
+        messages = [
+            _message(item, "body" if single else f"body[{i}]", owner_id, app.settings, now)
+            for i, item in enumerate(items)
+        ]
+        stored = await self._session.append(messages)
+        return JSONResponse({"messages": [_plain(m) for m in stored]})
+
+    async def get_messages(self, request: Request) -> Response:
+        """GET /v1/messages[?after=ID][&limit=N]: the session, oldest first."""
+        owner_id = await self._access.owner(request)
+        query = request.query_params
+        limit = _number(query.get("limit"), "limit", PAGE_DEFAULT, 0, PAGE_MAX)
+        after = _number(query.get("after"), "after", None, 0, None)
+        entries = await self._session.page(owner_id, after=after, limit=limit)
+        if entries is None:
+            raise Refusal(404, f"after: there is no message {after} in this session")
+        audience = self._fleet.audience
+        if audience is not None:
+            audience.seen(owner_id, self._fleet.clock.now())
+        return JSONResponse({"messages": [e.to_json() for e in entries]})
+
+    async def status(self, request: Request) -> Response:
+        """GET /v1/status: the owner's `status --json` object."""
+        owner_id = await self._access.owner(request)
+        app = await self._fleet.app(owner_id)
+        found = await owner_status(
+            app.settings,
+            owner_id,
+            at=app.clock.now(),
+            rounds=app.rounds,
+            outbox=app.outbox,
+            live=self._live(owner_id) if self._live is not None else LiveStatus(),
+            model=await model_health(app.settings.model, client=app.model),
+        )
+        answer = found.to_json()
+        if self.relay_usage is not None:
+            answer["relay"] = self.relay_usage(owner_id)
+        return JSONResponse(answer)
+
+
+def _message(item: Any, where: str, owner_id: str, settings: Settings, now: datetime) -> Message:
+    """One message of a POST body, validated as an import line is, with its client id."""
+    if not isinstance(item, dict):
+        raise Refusal(400, f"{where}: expected a JSON object")
+    fields = dict(item)
+    client_id = fields.pop("id", None)
+    if client_id is not None:
+        if isinstance(client_id, int) and not isinstance(client_id, bool):
+            client_id = str(client_id)
+        if not isinstance(client_id, str) or not 0 < len(client_id) <= CLIENT_ID_CHARS:
+            raise Refusal(
+                400, f"{where}.id: a string of 1 to {CLIENT_ID_CHARS} characters, or left out"
+            )
+    try:
+        message = parse_one(fields, where=where, owner_id=owner_id, now=now, tz=settings.owner.tz)
+    except InputError as exc:
+        # "body[0]: at: ..." -> "body[0].at: ..." names the field the way a client reads it.
+        text = str(exc)
+        head, sep, rest = text.partition(": ")
+        key, sep2, why = rest.partition(": ")
+        if sep and sep2 and key.isidentifier():
+            text = f"{head}.{key}: {why}"
+        raise Refusal(400, text) from None
+    return message.model_copy(update={"client_id": client_id}) if client_id else message
+
+
+def _plain(message: Message) -> dict[str, Any]:
+    return SessionEntry(message).to_json()
+
+
+def _number(text: str | None, name: str, default: int | None, low: int, high: int | None) -> Any:
+    """A query parameter read as a whole number in [low, high], or `default` when absent."""
+    if text is None or text == "":
+        return default
+    if not text.isdigit() or len(text) > 18:
+        raise Refusal(400, f"{name}: expected a whole number, got {text[:40]!r}")
+    value = int(text)
+    if value < low or (high is not None and value > high):
+        raise Refusal(400, f"{name}: from {low} to {high}" if high else f"{name}: at least {low}")
+    return value
