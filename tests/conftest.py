@@ -211,9 +211,10 @@ READY_TIMEOUT_S = 30.0  # seconds for a daemon to start on a loaded machine
 class DaemonProcess:
     """`backthink run` in a child process, its JSON log lines read as they come."""
 
-    def __init__(self, workdir: Workdir, env: dict[str, str]) -> None:
+    def __init__(self, workdir: Workdir, env: dict[str, str], config: Path | None = None) -> None:
+        config = config or workdir.config
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "backthink", "--config", str(workdir.config), "run"],
+            [sys.executable, "-m", "backthink", "--config", str(config), "run"],
             cwd=workdir.path,
             env=env,
             stdout=subprocess.PIPE,

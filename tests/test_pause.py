@@ -262,9 +262,11 @@ def test_status_without_a_daemon(cli: Workdir, fake: FakeOpenAI) -> None:
     assert "daemon      not running" in text and "paused until 20" in text
     assert "suppressed / no_push" in text and "model       ok" in text
     assert "sk-test-secret" not in text + json.dumps(doc)
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    docs = Path(__file__).resolve().parent.parent / "docs/running.md"
     example = json.loads(
-        readme.split("`backthink status --json` one object")[1].split("```")[1][4:]
+        docs.read_text(encoding="utf-8")
+        .split("`backthink status --json` one object")[1]
+        .split("```")[1][4:]
     )
     assert list(example) == list(doc) and list(example["last_round"]) == list(doc["last_round"])
 

@@ -37,9 +37,13 @@ def _run(argv: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh virtual environment with the wheel built from this checkout installed."""
+    """A fresh virtual environment with the wheel built from this checkout installed.
+
+    The wheel is built from an archive of the checkout, one folder inside, as a
+    download of the repository is (the README's `pipx install ./backthink-main.tar.gz`).
+    """
     base = tmp_path_factory.mktemp("wheel")
-    src = base / "src"
+    src = base / "backthink-main"
     src.mkdir()
     # Only what a wheel is built from: a stale build/ or egg-info of the checkout stays out.
     for name in ("pyproject.toml", "README.md"):
@@ -47,9 +51,10 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copytree(
         ROOT / "backthink", src / "backthink", ignore=shutil.ignore_patterns("__pycache__")
     )
+    archive = shutil.make_archive(str(base / "backthink-main"), "gztar", base, src.name)
     dist = base / "dist"
     _run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(src)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), archive],
         timeout=BUILD_TIMEOUT_S,
     )
     (wheel,) = dist.glob("backthink-*.whl")
