@@ -105,8 +105,9 @@ async def _drive(scenario: Scenario, base_url: str, db: Path, state: Path) -> di
 
     from backthink.config import Settings
     from backthink.host.app import settle_heap
-    from backthink.host.daemon import Daemon, build_scheduler
+    from backthink.host.daemon import Daemon
     from backthink.host.fleet import open_fleet
+    from backthink.host.schedule import build_scheduler
     from backthink.models import Outcome, Owner
     from backthink.store import open_database
 

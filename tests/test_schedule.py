@@ -11,8 +11,12 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from backthink.config import QuietHours, Settings
-from backthink.host.daemon import build_scheduler
-from backthink.host.schedule import HeartbeatTrigger, next_heartbeat, quiet_end_after
+from backthink.host.schedule import (
+    HeartbeatTrigger,
+    build_scheduler,
+    next_heartbeat,
+    quiet_end_after,
+)
 
 SH = ZoneInfo("Asia/Shanghai")
 NY = ZoneInfo("America/New_York")

@@ -13,11 +13,10 @@ import contextlib
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
 import structlog
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
-from apscheduler.triggers.cron import CronTrigger
 
 from backthink.config import Settings
 from backthink.delivery.audience import Audience
@@ -28,7 +27,13 @@ from backthink.host.fleet import Fleet, open_fleet
 from backthink.host.live import Live, LiveStatus
 from backthink.host.notify import Notifier
 from backthink.host.process import on_stop_signals, start_watchdog
-from backthink.host.schedule import HeartbeatTrigger, phase
+from backthink.host.schedule import (
+    add_owner_jobs,
+    build_scheduler,
+    next_heartbeat_of,
+    phase,
+    remove_owner_jobs,
+)
 from backthink.models import Owner, Trigger
 from backthink.records import RoundRecord
 
@@ -283,7 +288,7 @@ class Daemon:
             helpers.append(asyncio.create_task(self._greet_all(list(self._owners))))
         self._notifier.notify("READY=1", "STATUS=thinking on a heartbeat")
         log.info(
-            "daemon.ready", socket=str(s.daemon.socket), next_heartbeat=_next_heartbeat(scheduler)
+            "daemon.ready", socket=str(s.daemon.socket), next_heartbeat=next_heartbeat_of(scheduler)
         )
 
         await self._stop.wait()
@@ -323,77 +328,6 @@ class Daemon:
             grace = self._settings.database.busy_timeout.total_seconds() + RECORD_GRACE_S
             await asyncio.wait(pending, timeout=grace)
         return not pending
-
-
-def build_scheduler(
-    settings: Settings, owners: Sequence[str], job: Callable[[str, str], Awaitable[None]]
-) -> AsyncIOScheduler:
-    """A scheduler with one heartbeat job per owner (slower in quiet hours) and one per cron line.
-
-    Every job coalesces missed runs, never overlaps itself, and may start up to
-    one heartbeat late; a run later than that is dropped, not bunched up.
-    `owners` are scheduled with `settings` as they are; the daemon adds each
-    owner's jobs with that owner's settings (`add_owner_jobs`).
-    """
-    grace = max(1, int(settings.schedule.heartbeat.total_seconds()))
-    scheduler = AsyncIOScheduler(
-        timezone=settings.owner.tz,
-        job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": grace},
-    )
-    for owner in owners:
-        add_owner_jobs(scheduler, owner, settings, job)
-    return scheduler
-
-
-def add_owner_jobs(
-    scheduler: AsyncIOScheduler,
-    owner_id: str,
-    settings: Settings,
-    job: Callable[[str, str], Awaitable[None]],
-    *,
-    first: datetime | None = None,
-) -> None:
-    """Add an owner's heartbeat (first at `first`, default one heartbeat on) and cron jobs.
-
-    Times follow the owner's time zone and quiet hours.
-    """
-    s = settings.schedule
-    tz = settings.owner.tz
-    trigger = HeartbeatTrigger(
-        heartbeat=s.heartbeat,
-        quiet_heartbeat=s.quiet_heartbeat,
-        quiet=settings.gate.quiet_hours,
-        tz=tz,
-        jitter=s.jitter,
-    )
-    extra: dict[str, Any] = {} if first is None else {"next_run_time": first}
-    scheduler.add_job(
-        job, trigger, args=(owner_id, Trigger.HEARTBEAT.value), id=f"heartbeat:{owner_id}", **extra
-    )
-    for i, expr in enumerate(s.cron):
-        scheduler.add_job(
-            job,
-            CronTrigger.from_crontab(expr, timezone=tz),
-            args=(owner_id, Trigger.CRON.value),
-            id=f"cron:{owner_id}:{i}",
-        )
-
-
-def remove_owner_jobs(scheduler: AsyncIOScheduler, owner_id: str) -> None:
-    """Remove an owner's heartbeat and cron jobs."""
-    for job in scheduler.get_jobs():
-        if job.id == f"heartbeat:{owner_id}" or job.id.startswith(f"cron:{owner_id}:"):
-            job.remove()
-
-
-def _next_heartbeat(scheduler: AsyncIOScheduler) -> str | None:
-    """The soonest heartbeat of any owner (not the owner table's refresh), as `status` shows it."""
-    times = [
-        job.next_run_time
-        for job in scheduler.get_jobs()
-        if job.id.startswith("heartbeat:") and job.next_run_time
-    ]
-    return min(times).astimezone(UTC).isoformat() if times else None
 
 
 async def run_daemon(
