@@ -115,6 +115,7 @@ def test_poke_runs_a_round_now(
     assert proc.stderr.strip().startswith("backthink: no daemon is running")
 
 
+@pytest.mark.timeout(150)  # ten daemon starts: slow on a loaded machine
 def test_restart_storm_greets_once(
     workdir: Workdir, fake: FakeOpenAI, daemon_env: dict[str, str]
 ) -> None:

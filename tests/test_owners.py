@@ -214,6 +214,7 @@ async def test_the_daemon_schedules_every_owner_spread_and_follows_the_table(
 # -- the command line ------------------------------------------------------------------------
 
 
+@pytest.mark.timeout(150)  # some twenty commands, each a new process: slow on a loaded machine
 def test_owners_commands(workdir: Workdir, fake: FakeOpenAI) -> None:
     """add, list, set and remove; --owner selects an owner for every command."""
     w = workdir
