@@ -35,6 +35,7 @@ import socket
 import sys
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -159,6 +160,7 @@ class _State:
     fail_retry_after_s: float | None = RETRY_NOW_S
     image_refusal: int | None = None
     schema_refusal: int | None = None
+    gzip_streams: str | None = None
 
 
 def item_from_json(value: Any) -> ScriptItem:
@@ -356,6 +358,20 @@ class FakeOpenAI:
         with self._state.lock:
             self._state.schema_refusal = status
 
+    @property
+    def gzip_streams(self) -> str | None:
+        """How streams are sent: None as they are, "accepted" or "always" gzip-compressed.
+
+        "accepted" gzips a stream when the request accepts gzip, as a server
+        behind a compressing proxy does; "always" gzips every stream.
+        """
+        return self._state.gzip_streams
+
+    @gzip_streams.setter
+    def gzip_streams(self, mode: str | None) -> None:
+        with self._state.lock:
+            self._state.gzip_streams = mode
+
     def fail_next(
         self, count: int, status: int = 500, *, retry_after_s: float | None = RETRY_NOW_S
     ) -> None:
@@ -390,6 +406,7 @@ class FakeOpenAI:
             self._state.fail_count = 0
             self._state.image_refusal = None
             self._state.schema_refusal = None
+            self._state.gzip_streams = None
             self._state.default_reply, self._state.models_endpoint = self._initial
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -558,7 +575,10 @@ class FakeOpenAI:
         elif item.reasoning is not None:
             message["reasoning_content"] = item.reasoning
         if recorded.body.get("stream") is True and isinstance(item, Reply):
-            return self._stream(completion, item, recorded.body)
+            mode = self._state.gzip_streams
+            accepted = "gzip" in recorded.headers.get("accept-encoding", "")
+            gzip = mode == "always" or (mode == "accepted" and accepted)
+            return self._stream(completion, item, recorded.body, gzip=gzip)
         completion["choices"] = [{"index": 0, "message": message, "finish_reason": finish}]
         if not isinstance(item, Reply) or item.usage:
             prompt = " ".join(_message_text(m) for m in recorded.body.get("messages") or [])
@@ -570,10 +590,13 @@ class FakeOpenAI:
             }
         return JSONResponse(completion)
 
-    def _stream(self, completion: dict[str, Any], item: Reply, body: dict[str, Any]) -> Response:
+    def _stream(
+        self, completion: dict[str, Any], item: Reply, body: dict[str, Any], *, gzip: bool = False
+    ) -> Response:
         """A streamed reply: a role chunk, the text in pieces, a finish chunk, [DONE].
 
         Usage follows in a chunk of its own when `stream_options.include_usage` asks for it.
+        With `gzip`, the stream is gzip-compressed, each event flushed as it goes.
         """
         base = {**completion, "object": "chat.completion.chunk"}
 
@@ -601,7 +624,18 @@ class FakeOpenAI:
                 yield f"data: {json.dumps({**base, 'choices': [], 'usage': counts})}\n\n".encode()
             yield b"data: [DONE]\n\n"
 
-        return StreamingResponse(events(), media_type="text/event-stream")
+        if not gzip:
+            return StreamingResponse(events(), media_type="text/event-stream")
+
+        async def compressed() -> Any:
+            packer = zlib.compressobj(wbits=31)  # 31: the gzip format
+            async for event in events():
+                yield packer.compress(event) + packer.flush(zlib.Z_SYNC_FLUSH)
+            yield packer.flush()
+
+        return StreamingResponse(
+            compressed(), media_type="text/event-stream", headers={"content-encoding": "gzip"}
+        )
 
     async def _models(self, request: Request) -> Response:
         await self._record(request)

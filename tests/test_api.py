@@ -1,117 +1,35 @@
-"""The API and the relay over real HTTP on 127.0.0.1, a real SQLite file and the fake endpoint.
+"""The session API over real HTTP on 127.0.0.1, a real SQLite file and the fake endpoint.
 
-The doors run in the test's own event loop, as they run in the daemon's, over
-a fleet opened from settings with a FakeClock, so presence windows and message
-times never depend on the wall clock. The openai SDK is the relay's client.
+The doors run in the test's own event loop (see `api_rig`), with a FakeClock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import httpx2
 import openai
 import pytest
-from conftest import ROOT
+from api_rig import NOW, WAIT_S, Rig, api_settings, open_rig, texts
 from fake_openai import FakeOpenAI
 
-from backthink.api import ApiDoors, open_api
+from backthink.api import open_api
 from backthink.api.openapi import document
-from backthink.config import Settings
-from backthink.delivery.audience import Audience
-from backthink.delivery.dispatcher import Handoff
-from backthink.host.fleet import Fleet, open_fleet
+from backthink.host.fleet import open_fleet
 from backthink.host.live import LiveStatus
-from backthink.models import Decision
+from backthink.models import Message
 from backthink.testing import FakeClock
 from backthink.web import page_app
-
-NOW = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)  # 10:00 in Shanghai
-WAIT_S = 10.0  # seconds any awaited answer may take on a loaded machine
-
-
-def api_settings(tmp_path: Path, fake: FakeOpenAI, **api: object) -> Settings:
-    return Settings.model_validate(
-        {
-            "owner": {"id": "o", "timezone": "Asia/Shanghai"},
-            "owners": {"p": {"timezone": "Europe/Berlin"}},
-            "persona": {"id": "cyrene"},
-            "database": {"url": f"sqlite+aiosqlite:///{tmp_path / 'bt.db'}"},
-            "model": {
-                "base_url": fake.base_url,
-                "api_key": "sk-upstream-key",
-                "max_retries": 0,
-                "timeout_s": 5,
-            },
-            "prompt": {"dir": str(ROOT / "backthink/prompts")},
-            "state": {"file": None},
-            "gate": {"quiet_hours": ""},
-            "api": {"listen": "127.0.0.1:0", **api},
-            "channels": {"web": {"type": "web"}},
-        }
-    )
-
-
-@dataclass
-class Rig:
-    fleet: Fleet
-    doors: ApiDoors
-    clock: FakeClock
-    tokens: dict[str, str]
-
-    @property
-    def url(self) -> str:
-        return self.doors.url.rstrip("/")
-
-    def client(self, owner: str | None = "o", **headers: str) -> httpx2.AsyncClient:
-        auth = {"authorization": f"Bearer {self.tokens[owner]}"} if owner else {}
-        return httpx2.AsyncClient(base_url=self.url, headers={**auth, **headers}, timeout=WAIT_S)
-
-    def sdk(self, owner: str = "o") -> openai.AsyncOpenAI:
-        return openai.AsyncOpenAI(
-            base_url=f"{self.url}/v1", api_key=self.tokens[owner], max_retries=0, timeout=WAIT_S
-        )
-
-    async def push(self, text: str, *, owner: str = "o", channel: str = "web") -> None:
-        """A delivered push, through the owner's own dispatcher (outbox, write-back, stream)."""
-        app = await self.fleet.app(owner)
-        await app.dispatcher.hand_over(
-            Handoff(
-                round_id=uuid.uuid4().hex,
-                owner_id=owner,
-                trigger="heartbeat",
-                decision=Decision(push=True, body=text),
-                channel=channel,
-                at=self.clock.now(),
-            )
-        )
 
 
 @pytest.fixture
 async def rig(tmp_path: Path, fake: FakeOpenAI) -> AsyncIterator[Rig]:
-    settings = api_settings(tmp_path, fake)
-    clock = FakeClock(NOW)
-    audience = Audience(settings.api.seen_window)
-    async with open_fleet(settings, clock=clock, audience=audience) as fleet:
-        tokens = {o: await fleet.stores.tokens.issue(o, at=NOW) for o in ("o", "p")}
-        doors = await open_api(fleet, ["o", "p"], lambda _: LiveStatus(), keepalive_s=0.2)
-        try:
-            yield Rig(fleet, doors, clock, tokens)
-        finally:
-            await doors.stop()
-
-
-async def texts(client: httpx2.AsyncClient, **params: object) -> list[str]:
-    answer = await client.get("/v1/messages", params=params)
-    assert answer.status_code == 200, answer.text
-    return [m["text"] for m in answer.json()["messages"]]
+    async with open_rig(tmp_path, fake) as opened:
+        yield opened
 
 
 async def test_messages_are_stored_once_by_client_id_and_read_oldest_first(rig: Rig) -> None:
@@ -143,23 +61,26 @@ async def test_every_refusal_is_json_naming_what_was_wrong(rig: Rig) -> None:
     """Bad token, another owner's id, oversized body, future date, malformed JSON: each refused."""
     async with rig.client("p") as p:
         theirs = (await p.post("/v1/messages", json={"role": "user", "text": "p's"})).json()
+    json_type = {"content-type": "application/json"}
     async with rig.client(None) as anonymous, rig.client() as c:
         assert (await anonymous.get("/v1/messages")).status_code == 401
         bad = await anonymous.get("/v1/messages", headers={"authorization": "Bearer bt_wrong"})
         assert (bad.status_code, bad.json()) == (401, {"error": "unknown token"})
         other = await c.get("/v1/messages", params={"after": theirs["messages"][0]["id"]})
         assert other.status_code == 404 and "after" in other.json()["error"]
-        big = await c.post("/v1/messages", content=b"x" * (1_048_576 + 1))
+        big = await c.post("/v1/messages", content=b"x" * (1_048_576 + 1), headers=json_type)
         assert big.status_code == 413 and "api.max_body_bytes" in big.json()["error"]
         future = await c.post(
             "/v1/messages", json={"role": "user", "text": "x", "at": "2027-01-01T00:00:00Z"}
         )
         assert future.status_code == 400
         assert future.json()["error"].startswith("body.at: ") and "future" in future.json()["error"]
-        malformed = await c.post("/v1/messages", content=b'{"role": "user", "text": ')
+        malformed = await c.post(
+            "/v1/messages", content=b'{"role": "user", "text": ', headers=json_type
+        )
         assert malformed.status_code == 400 and "not valid JSON" in malformed.json()["error"]
         role = await c.post("/v1/messages", json=[{"role": "robot", "text": "x"}])
-        assert role.json() == {"error": "body[0].role: must be one of user, assistant, system"}
+        assert role.json() == {"error": "body[0].role: must be one of user, assistant"}
         unknown = await c.post("/v1/messages", json={"role": "user", "text": "x", "mood": "ok"})
         assert unknown.json() == {"error": "body.mood: unknown key"}
         assert (await c.get("/v1/messages", params={"limit": "many"})).status_code == 400
@@ -175,8 +96,63 @@ async def test_every_refusal_is_json_naming_what_was_wrong(rig: Rig) -> None:
     assert refused.value.status_code == 401
 
 
+async def test_numbers_and_nesting_the_parsers_refuse_are_400_not_500(rig: Rig) -> None:
+    """Non-ASCII digits in after, limit or Last-Event-ID, and JSON nested past any depth: 400."""
+    deep = b"[" * 100_000
+    async with rig.client() as c:
+        for params in ({"after": "²"}, {"limit": "²"}, {"limit": "٣"}, {"after": "9" * 40}):
+            answer = await c.get("/v1/messages", params=params)
+            assert answer.status_code == 400, (params, answer.text)
+            assert answer.json()["error"].startswith(next(iter(params)))
+        resumed = await c.get("/v1/events", headers={"last-event-id": b"\xb2"})  # ² in Latin-1
+        assert resumed.status_code == 400 and "last-event-id" in resumed.json()["error"]
+        for path in ("/v1/messages", "/v1/chat/completions"):
+            nested = await c.post(path, content=deep, headers={"content-type": "application/json"})
+            assert nested.status_code == 400, (path, nested.text)
+        assert await texts(c) == []
+
+
+async def test_only_user_and_assistant_messages_come_in_dated_no_later_than_now(rig: Rig) -> None:
+    """A system message is refused naming role; a time a little ahead is stored as now."""
+    async with rig.client() as c:
+        system = await c.post("/v1/messages", json={"role": "system", "text": "obey"})
+        assert system.status_code == 400
+        assert system.json() == {"error": "body.role: must be one of user, assistant"}
+        ahead = NOW + timedelta(minutes=4)
+        stored = await c.post(
+            "/v1/messages", json={"role": "user", "text": "soon", "at": ahead.isoformat()}
+        )
+        assert stored.status_code == 200
+        assert stored.json()["messages"][0]["at"] == NOW.isoformat()
+        assert await texts(c) == ["soon"]
+
+
+async def test_a_page_stops_early_rather_than_load_every_large_message(rig: Rig) -> None:
+    """Five messages of 3 million characters: a page holds the newest that fit; after= pages on."""
+    from backthink.api.session import PAGE_MAX_CHARS
+
+    size = 3_000_000
+    assert 2 * size <= PAGE_MAX_CHARS < 3 * size
+    big = [
+        Message(
+            owner_id="o", role="user", text=f"{i}" * size, created_at=NOW - timedelta(hours=5 - i)
+        )
+        for i in range(5)
+    ]
+    await rig.fleet.stores.session.append(big)
+    async with rig.client() as c:
+        page = (await c.get("/v1/messages", params={"limit": 1000})).json()["messages"]
+        assert [m["text"][0] for m in page] == ["3", "4"]
+        first = (await c.get("/v1/messages", params={"limit": 1})).json()["messages"][0]["id"]
+        oldest = first - 4
+        on = (await c.get("/v1/messages", params={"after": oldest})).json()["messages"]
+        assert [m["text"][0] for m in on] == ["1", "2"]
+
+
 async def test_two_owners_and_two_clients_never_see_each_others_messages(rig: Rig) -> None:
     """Concurrent writers of two owners: each owner's session and stream hold only its own."""
+    from api_rig import next_push
+
     async with rig.client() as a, rig.client() as b, rig.client("p") as p:
         writes = [
             c.post("/v1/messages", json={"role": "user", "text": f"{name}{i}", "id": f"{name}{i}"})
@@ -195,48 +171,8 @@ async def test_two_owners_and_two_clients_never_see_each_others_messages(rig: Ri
             lines_o, lines_p = stream_o.aiter_lines(), stream_p.aiter_lines()
             await rig.push("for o")
             await rig.push("for p", owner="p")
-            assert (await _next_push(lines_o))["text"] == "for o"
-            assert (await _next_push(lines_p))["text"] == "for p"
-
-
-async def _next_push(lines: AsyncIterator[str]) -> dict[str, Any]:
-    """The data of the next `event: push` on a raw stream, skipping comments and keep-alives."""
-    async with asyncio.timeout(WAIT_S):
-        event = None
-        async for line in lines:
-            if line.startswith("event:"):
-                event = line.partition(":")[2].strip()
-            elif line.startswith("data:") and event == "push":
-                data: dict[str, Any] = json.loads(line.partition(":")[2])
-                return data
-    raise AssertionError("the stream ended")
-
-
-async def test_events_resume_after_last_event_id_and_keep_alive(rig: Rig) -> None:
-    """A client that reconnects with Last-Event-ID gets every push it missed, in order."""
-    async with rig.client() as c:
-        await c.post("/v1/messages", json={"role": "user", "text": "before the stream"})
-        async with c.sse("/v1/events") as source:
-            events = aiter(source)
-            await rig.push("first")
-            async with asyncio.timeout(WAIT_S):
-                first = await anext(events)
-            assert (first.event, first.json()["text"]) == ("push", "first")
-            assert first.json()["delivery"] == "delivered" and first.json()["origin"] == "proactive"
-        # Missed while away: two pushes and a message of the owner's.
-        await rig.push("second")
-        await c.post("/v1/messages", json={"role": "user", "text": "meanwhile"})
-        await rig.push("third", channel="web")
-        async with c.sse("/v1/events", headers={"last-event-id": first.id}) as source:
-            events = aiter(source)
-            async with asyncio.timeout(WAIT_S):
-                got = [(await anext(events)).json()["text"] for _ in range(2)]
-        assert got == ["second", "third"]
-        async with c.stream("GET", "/v1/events") as raw:
-            lines = raw.aiter_lines()
-            async with asyncio.timeout(WAIT_S):
-                seen = [await anext(lines) for _ in range(5)]
-        assert ": keep-alive" in seen
+            assert (await next_push(lines_o))["text"] == "for o"
+            assert (await next_push(lines_p))["text"] == "for p"
 
 
 async def test_session_channel_is_connected_only_while_a_client_watches(rig: Rig) -> None:
@@ -259,92 +195,25 @@ async def test_session_channel_is_connected_only_while_a_client_watches(rig: Rig
         assert app.dispatcher.connected() == []
 
 
-async def test_relay_keeps_the_conversation_and_shows_pushes(rig: Rig, fake: FakeOpenAI) -> None:
-    """Through the SDK, streamed and not: new turns stored once, pushes shown before the newest."""
-    async with rig.sdk() as sdk:
-        await _relayed_conversation(rig, fake, sdk)
+async def test_status_probes_the_model_once_in_a_while(rig: Rig, fake: FakeOpenAI) -> None:
+    """Status requests in a row probe the endpoint once; after PROBE_FOR it is probed again."""
+    from backthink.api.session import PROBE_FOR
+
+    def probes() -> int:
+        return sum(1 for r in fake.requests if r.path == "/v1/models")
+
     async with rig.client() as c:
-        session = (await c.get("/v1/messages")).json()["messages"]
-    assert [(m["role"], m["text"], m["origin"]) for m in session] == [
-        ("user", "hi", "chat"),
-        ("assistant", "Hello there!", "chat"),
-        ("assistant", "Did you eat?", "proactive"),
-        ("user", "I had an exam", "chat"),
-        ("assistant", "How was the exam?", "chat"),
-        ("assistant", "Good luck tomorrow.", "chat"),
-        ("user", "still there?", "chat"),
-        ("assistant", "[decision:no_push]", "chat"),
-    ]
-    assert all(m["channel"] is None for m in session if m["origin"] == "chat")
-    assert session[1]["speaker"] == "cyrene"
-    async with rig.client() as c:
-        status = (await c.get("/v1/status")).json()
-    assert status["relay"]["requests"] == 5 and status["relay"]["completion_tokens"] > 0
+        for _ in range(3):
+            answer = await c.get("/v1/status")
+            assert answer.status_code == 200 and answer.json()["model"] == "ok"
+        assert probes() == 1
+        rig.clock.advance(PROBE_FOR)
+        assert (await c.get("/v1/status")).json()["model"] == "ok"
+        assert probes() == 2
 
 
-async def _relayed_conversation(rig: Rig, fake: FakeOpenAI, sdk: openai.AsyncOpenAI) -> None:
-    """Turns through the relay: a push between, a stream, a regenerate, a failure and a retry."""
-    history: list[Any] = [{"role": "system", "content": "You are Cyrene."}]
-
-    async def say(text: str, *, stream: bool) -> str:
-        history.append({"role": "user", "content": text})
-        if stream:
-            chunks = await sdk.chat.completions.create(
-                model="front-end-model", messages=history, stream=True
-            )
-            reply = "".join([c.choices[0].delta.content or "" async for c in chunks if c.choices])
-        else:
-            answer = await sdk.chat.completions.create(model="front-end-model", messages=history)
-            reply = answer.choices[0].message.content or ""
-        history.append({"role": "assistant", "content": reply})
-        return reply
-
-    fake.script("Hello there!", "How was the exam?", "Good luck tomorrow.")
-    assert await say("hi", stream=False) == "Hello there!"
-    await asyncio.wait_for(rig.doors.api.relay.settled(), WAIT_S)
-    await rig.push("Did you eat?")
-    assert await say("I had an exam", stream=True) == "How was the exam?"
-    forwarded = fake.chat_requests[-1].body
-    assert forwarded["model"] == "front-end-model"
-    assert forwarded["messages"] == [
-        *history[:3],
-        {"role": "assistant", "content": "Did you eat?"},
-        history[3],
-    ]
-    assert fake.chat_requests[-1].headers["authorization"] == "Bearer sk-upstream-key"
-    # Regenerated: the same request again stores nothing twice.
-    regenerate = history[:4]
-    await sdk.chat.completions.create(model="m", messages=regenerate)
-    # A failed upstream call keeps the user message, no reply; its retry adds none twice.
-    fake.fail_next(1, 500)
-    with pytest.raises(openai.InternalServerError):
-        await sdk.chat.completions.create(
-            model="m", messages=[*history, {"role": "user", "content": "still there?"}]
-        )
-    await say("still there?", stream=False)
-    await asyncio.wait_for(rig.doors.api.relay.settled(), WAIT_S)
-
-
-async def test_relay_passes_upstream_errors_through(rig: Rig, fake: FakeOpenAI) -> None:
-    """The upstream's status and error body reach the client; its models list too."""
-    fake.fail_next(1, 429)
-    async with rig.client() as c:
-        answer = await c.post(
-            "/v1/chat/completions",
-            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
-        )
-        assert answer.status_code == 429
-        assert answer.json()["error"]["message"] == "scripted failure"
-        assert "retry-after" in answer.headers
-        models = await c.get("/v1/models")
-        assert [m["id"] for m in models.json()["data"]] == ["fake-model"]
-        broken = await c.post("/v1/chat/completions", content=b"{}")
-        assert broken.status_code == 400
-        assert broken.json()["error"]["type"] == "invalid_request_error"
-
-
-async def test_openapi_document_names_every_route(rig: Rig) -> None:
-    """The served document is the package's, and lists exactly the routes the API serves."""
+async def test_openapi_document_names_every_route_and_answer(rig: Rig) -> None:
+    """The served document is the package's, lists the served routes and every error they give."""
     served = {
         (route.path, method.lower())
         for route in rig.doors.api.routes()
@@ -354,6 +223,12 @@ async def test_openapi_document_names_every_route(rig: Rig) -> None:
     doc = document()
     documented = {(path, method) for path, item in doc["paths"].items() for method in item}
     assert served == documented
+    post = doc["paths"]["/v1/messages"]["post"]["responses"]
+    assert {"400", "401", "403", "413", "415", "429", "503"} <= set(post)
+    relay = doc["paths"]["/v1/chat/completions"]["post"]["responses"]
+    assert {"502", "503", "504"} <= set(relay)
+    client_id = doc["components"]["schemas"]["NewMessage"]["properties"]["id"]
+    assert client_id["type"] == ["string", "integer"]
     async with rig.client(None) as c:
         assert (await c.get("/v1/openapi.json")).json() == json.loads(json.dumps(doc))
 
@@ -371,6 +246,59 @@ async def test_page_and_api_share_one_listener(tmp_path: Path, fake: FakeOpenAI)
                 assert (await c.get("/v1/status")).json()["running"] is True
                 foreign = await c.get("/v1/status", headers={"host": "evil.example"})
                 assert foreign.status_code == 403
+        finally:
+            await doors.stop()
+
+
+async def test_an_open_api_serves_no_other_sites_page(tmp_path: Path, fake: FakeOpenAI) -> None:
+    """Without tokens: a plain-text POST is 415, another site's page 403; no write, no call."""
+    async with open_rig(tmp_path, fake, tokens=False) as rig:
+        own = rig.url
+        refused = [
+            ({"content-type": "text/plain"}, 415),
+            ({"content-type": "application/x-www-form-urlencoded"}, 415),
+            ({"content-type": "application/json", "origin": "https://evil.example"}, 403),
+            ({"content-type": "application/json", "origin": "null"}, 403),
+            ({"content-type": "application/json", "sec-fetch-site": "cross-site"}, 403),
+            ({"content-type": "application/json", "sec-fetch-site": "same-site"}, 403),
+            ({"content-type": "application/json", "referer": "http://localhost:3000/x"}, 403),
+        ]
+        message = json.dumps({"role": "user", "text": "from a web page"}).encode()
+        chat = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+        async with httpx2.AsyncClient(base_url=own, timeout=WAIT_S) as c:
+            for headers, status in refused:
+                for path, body in (("/v1/messages", message), ("/v1/chat/completions", chat)):
+                    answer = await c.post(path, content=body, headers=headers)
+                    assert answer.status_code == status, (path, headers, answer.text)
+            seen = await c.get("/v1/messages", headers={"sec-fetch-site": "cross-site"})
+            assert seen.status_code == 403
+            assert fake.chat_requests == []
+            assert await texts(c) == []
+            # The API's own origin, and a script that names none, are served.
+            mine = await c.post(
+                "/v1/messages",
+                content=message,
+                headers={"content-type": "application/json", "origin": own},
+            )
+            assert mine.status_code == 200
+            assert (await c.post("/v1/messages", json={"role": "user", "text": "ok"})).is_success
+            assert await texts(c) == ["from a web page", "ok"]
+
+
+async def test_a_request_for_an_owner_gone_meanwhile_is_refused_not_a_crash(
+    tmp_path: Path, fake: FakeOpenAI
+) -> None:
+    """The open API's owner removed while the daemon runs: 401 naming it, not a 500."""
+    settings = api_settings(tmp_path, fake)
+    async with open_fleet(settings, clock=FakeClock(NOW)) as fleet:
+        doors = await open_api(fleet, ["gone"], lambda _: LiveStatus())
+        try:
+            async with httpx2.AsyncClient(base_url=doors.url, timeout=WAIT_S) as c:
+                status = await c.get("/v1/status")
+                posted = await c.post("/v1/messages", json={"role": "user", "text": "hi"})
+            for answer in (status, posted):
+                assert answer.status_code == 401, answer.text
+                assert "'gone'" in answer.json()["error"]
         finally:
             await doors.stop()
 

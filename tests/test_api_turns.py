@@ -174,6 +174,83 @@ def test_plan(
     assert [p.message.text for p in turn.pushes] == pushes
 
 
+HISTORY = [
+    entry(1, "user", "hi"),
+    entry(2, "assistant", "hello"),
+    entry(3, "assistant", "exam?", push="delivered"),
+    entry(4, "user", "fine"),
+    entry(5, "assistant", "good"),
+]
+
+
+@pytest.mark.parametrize(
+    ("session", "request_", "new", "pushes"),
+    [
+        # A front-end that shows pushes sends them back: the anchor holds them; none again.
+        (
+            HISTORY,
+            [user("hi"), bot("hello"), bot("exam?"), user("fine"), bot("good"), user("next")],
+            ["next"],
+            [],
+        ),
+        # It shows a push that came after its last turn: that push is not put in twice.
+        (
+            [*HISTORY, entry(6, "assistant", "dinner?", push="delivered")],
+            [user("hi"), bot("hello"), user("fine"), bot("good"), bot("dinner?"), user("pasta")],
+            ["pasta"],
+            [],
+        ),
+        # It shows the pushes, the session also holds one it missed: only that one is shown.
+        (
+            [*HISTORY, entry(6, "assistant", "dinner?", push="delivered")],
+            [user("hi"), bot("hello"), bot("exam?"), user("fine"), bot("good"), user("x")],
+            ["x"],
+            ["dinner?"],
+        ),
+        # A new chat (no anchor) sees no push its session showed an earlier turn already.
+        (
+            [*HISTORY, entry(6, "user", "bye"), entry(7, "assistant", "see you")],
+            [SYSTEM, user("new topic")],
+            ["new topic"],
+            [],
+        ),
+        # A new chat sees the pushes delivered since the session's last turn.
+        (
+            [*HISTORY, entry(6, "assistant", "dinner?", push="delivered")],
+            [SYSTEM, user("new topic")],
+            ["new topic"],
+            ["dinner?"],
+        ),
+        # A new chat that opens with the words of the session's last question: a new question.
+        (HISTORY, [SYSTEM, user("fine")], ["fine"], []),
+        # The first turn retried after a failed call: held, and shown what its first try was.
+        (
+            [entry(1, "assistant", "morning!", push="delivered"), entry(2, "user", "hi")],
+            [SYSTEM, user("hi")],
+            [],
+            ["morning!"],
+        ),
+    ],
+)
+def test_plan_with_pushes_the_front_end_shows_and_new_chats(
+    session: list[SessionEntry], request_: list[dict[str, Any]], new: list[str], pushes: list[str]
+) -> None:
+    """Pushes in the request match the session; a new chat neither loses nor repeats anything."""
+    turn = plan(request_, session)
+    assert [s.text for s in turn.new] == new
+    assert [p.message.text for p in turn.pushes] == pushes
+
+
+def test_a_regenerated_reply_replaces_the_one_the_session_holds_for_that_turn() -> None:
+    """The same question again after its reply: nothing is new, and that reply is to be replaced."""
+    turn = plan([user("hi"), bot("hello"), user("fine")], HISTORY)
+    assert turn.new == [] and turn.replaces is HISTORY[4]
+    retry = plan([user("hi"), bot("hello"), user("fine")], HISTORY[:4])
+    assert retry.new == [] and retry.replaces is None
+    fresh = plan([user("hi"), bot("hello"), user("fine"), bot("good"), user("more")], HISTORY)
+    assert [s.text for s in fresh.new] == ["more"] and fresh.replaces is None
+
+
 def test_pushes_go_right_before_the_newest_user_message_and_nothing_else_changes() -> None:
     """The forwarded messages are the client's, byte for byte, with the pushes inserted."""
     session = [
@@ -192,6 +269,18 @@ def test_pushes_go_right_before_the_newest_user_message_and_nothing_else_changes
     out = with_pushes(request_, turn)
     assert out == [SYSTEM, user("hi"), bot("hello"), bot("p1"), bot("p2"), request_[3]]
     assert [m for m in out if m not in (bot("p1"), bot("p2"))] == request_
+
+
+def test_pushes_go_before_the_run_of_trailing_user_messages() -> None:
+    """Two user messages in a row after a push: the push goes before both, never between."""
+    session = [
+        entry(1, "user", "hi"),
+        entry(2, "assistant", "hello"),
+        entry(3, "assistant", "p1", push="delivered"),
+    ]
+    request_ = [SYSTEM, user("hi"), bot("hello"), user("one"), user("two")]
+    out = with_pushes(request_, plan(request_, session))
+    assert out == [SYSTEM, user("hi"), bot("hello"), bot("p1"), user("one"), user("two")]
 
 
 def test_at_most_the_newest_pushes_are_shown() -> None:
@@ -235,6 +324,17 @@ def test_stream_reader_keeps_the_text_across_split_chunks() -> None:
         7,
         3,
     )
+
+
+def test_stream_reader_reads_a_line_split_into_many_pieces_and_skips_deep_nesting() -> None:
+    """A long line fed a few bytes at a time is read once whole; JSON nested too deep is passed."""
+    line = json.dumps({"choices": [{"index": 0, "delta": {"content": "长" * 20_000}}]})
+    raw = f"data: {line}\n\ndata: {'[' * 50_000}\n\n".encode()
+    reader = StreamReader()
+    for i in range(0, len(raw), 7):
+        reader.feed(raw[i : i + 7])
+    assert reader.finish().text == "长" * 20_000
+    assert not read_completion(b"[" * 50_000).complete
 
 
 def test_a_stream_cut_short_is_not_complete() -> None:

@@ -7,8 +7,11 @@ owner that is gone or disabled opens nothing.
 On a loopback address, while no owner has any token yet, the API is open
 like the page: every request speaks for the daemon's first owner, and only
 requests addressed to a loopback name or the configured host are served (a
-web site that rebinds its own name to 127.0.0.1 gets nothing). The first
-token closes that door. A non-loopback address without any token is refused
+web site that rebinds its own name to 127.0.0.1 gets nothing), and none that
+a browser says comes from another site's page (`Origin`, `Referer`,
+`Sec-Fetch-Site`): any page the owner visits could otherwise read the
+session, or chat through the relay on the upstream's key. The first token
+closes that door. A non-loopback address without any token is refused
 at start.
 """
 
@@ -19,10 +22,11 @@ from datetime import datetime
 
 from starlette.requests import Request
 
-from backthink.api.bodies import Refusal
+from backthink.api.refusals import Refusal
 from backthink.config import LOOPBACK_HOSTS, ApiSettings
 from backthink.errors import BackthinkError
 from backthink.host.fleet import Fleet
+from backthink.host.origin import from_another_site
 
 RATE_PER_S = 5.0  # requests an owner's clients may make per second, sustained
 BURST = 120  # requests an owner's clients may make at once, after a quiet while
@@ -47,7 +51,8 @@ class Access:
 
         Raises:
             Refusal: 401 for a missing or unknown token, 403 for a foreign host
-                name on an open loopback, 429 past the owner's rate limit.
+                name or another site's page on an open loopback, 429 past the
+                owner's rate limit.
         """
         owner_id = await self._resolve(request)
         self._spend(owner_id, self._fleet.clock.now())
@@ -67,6 +72,8 @@ class Access:
         if self._loopback and not await self._tokens.any():
             if request.url.hostname not in self._hosts:
                 raise Refusal(403, "this API answers only on its own address")
+            if from_another_site(request):
+                raise Refusal(403, "this API answers no other site's page")
             return self._default
         if token:
             raise Refusal(401, "unknown token")
@@ -82,7 +89,5 @@ class Access:
         if left < 1.0:
             wait_s = math.ceil((1.0 - left) / RATE_PER_S)
             self._buckets[owner_id] = (left, at)
-            raise Refusal(
-                429, "too many requests: slow down", headers={"retry-after": str(wait_s)}
-            )
+            raise Refusal(429, "too many requests: slow down", headers={"retry-after": str(wait_s)})
         self._buckets[owner_id] = (left - 1.0, at)

@@ -1,12 +1,19 @@
-"""`GET /v1/events`: the owner's pushes as Server-Sent Events, resumable, kept alive.
+"""`GET /v1/events`: the owner's pushes as Server-Sent Events, resumable, kept alive, bounded.
 
 Every push the companion adds to the session, on any channel, is one
 `event: push` whose id is the message's id and whose data is the message
 object of `GET /v1/messages`. The stream reads the pushes from the session
-itself, after the last one it sent: a push of this process wakes it at once,
-one written by another process is found at the next keep-alive at the
-latest. A client that reconnects with `Last-Event-ID` gets every push after
-that one; without it, the stream begins at the session's end.
+itself, by id, after the last one it sent: a push of this process wakes it
+at once, one written by another process is found at the next keep-alive at
+the latest. A client that reconnects with `Last-Event-ID` gets every push
+after that one; without it, the stream begins after the newest push.
+
+A comment line goes out after `KEEPALIVE_S` without any write, so the
+contract's 15 s hold even on a loaded machine. An owner holds at most
+`MAX_STREAMS` streams open at once (429 beyond), so idle streams of one
+owner cannot take every connection the listener serves. A database that
+fails under an open stream ends it, logged; the client reconnects with its
+`Last-Event-ID`.
 
 While a stream is open, its owner counts as present (the session channel is
 connected, see `backthink.delivery.audience`).
@@ -20,16 +27,21 @@ from collections.abc import AsyncIterator
 
 import structlog
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from backthink.api.access import Access
+from backthink.api.bodies import number_param
+from backthink.api.refusals import Refusal
+from backthink.api.responses import EndingStream
 from backthink.delivery.audience import Audience
+from backthink.errors import StoreError
 from backthink.host.fleet import Fleet
 from backthink.models import SessionEntry
 
 log = structlog.get_logger("backthink.api")
 
-KEEPALIVE_S = 15.0  # seconds between comment lines on a quiet stream (and re-reads)
+KEEPALIVE_S = 10.0  # seconds without a write before a comment line (the contract allows 15)
+MAX_STREAMS = 8  # event streams one owner may hold open at once
 BATCH = 100  # pushes read from the session at a time
 HEADERS = {"cache-control": "no-store", "x-accel-buffering": "no"}
 
@@ -44,15 +56,23 @@ class EventRoutes:
     """Serves every owner's event stream; `close` ends them all (the daemon is stopping)."""
 
     def __init__(
-        self, fleet: Fleet, access: Access, audience: Audience, *, keepalive_s: float = KEEPALIVE_S
+        self,
+        fleet: Fleet,
+        access: Access,
+        audience: Audience,
+        *,
+        keepalive_s: float = KEEPALIVE_S,
+        max_streams: int = MAX_STREAMS,
     ) -> None:
         """Read pushes from the fleet's session store; hold streams open in `audience`."""
         self._access = access
         self._session = fleet.stores.session
         self._audience = audience
         self._keepalive_s = keepalive_s
+        self._max_streams = max_streams
         self._closing = asyncio.Event()
         self._open: set[asyncio.Event] = set()
+        self._held: dict[str, int] = {}
 
     def close(self) -> None:
         """End every open stream (its client reconnects to the next daemon)."""
@@ -61,45 +81,84 @@ class EventRoutes:
             wake.set()
 
     async def events(self, request: Request) -> Response:
-        """GET /v1/events: the stream of the owner's pushes."""
+        """GET /v1/events: the stream of the owner's pushes.
+
+        Raises:
+            Refusal: 400 for a `Last-Event-ID` that is no id, 429 past the
+                owner's open streams.
+        """
         owner_id = await self._access.owner(request)
-        cursor = await self._start(owner_id, request.headers.get("last-event-id", ""))
-        return StreamingResponse(
-            self._stream(owner_id, cursor), media_type="text/event-stream", headers=HEADERS
+        cursor = await self._start(owner_id, request.headers.get("last-event-id"))
+        held = self._held.get(owner_id, 0)
+        if held >= self._max_streams:
+            raise Refusal(
+                429, f"{held} event streams of this owner are open already: close one first"
+            )
+        self._held[owner_id] = held + 1
+
+        async def release() -> None:
+            self._release(owner_id)
+
+        return EndingStream(
+            self._stream(owner_id, cursor),
+            on_end=release,
+            headers=HEADERS,
+            media_type="text/event-stream",
         )
 
-    async def _start(self, owner_id: str, last: str) -> int | None:
-        """Where the stream begins: after `Last-Event-ID` if it is the owner's, else at the end."""
-        last = last.strip()
-        if last.isdigit() and len(last) <= 18:
-            known = await self._session.pushes(owner_id, after=int(last), limit=0)
-            if known is not None:
-                return int(last)
-        return await self._session.last_id(owner_id)
+    def held(self, owner_id: str) -> int:
+        """How many event streams of the owner are open (or opening)."""
+        return self._held.get(owner_id, 0)
 
-    async def _stream(self, owner_id: str, cursor: int | None) -> AsyncIterator[bytes]:
+    def _release(self, owner_id: str) -> None:
+        """One stream of the owner ended (or never began)."""
+        left = self._held.get(owner_id, 0) - 1
+        if left > 0:
+            self._held[owner_id] = left
+        else:
+            self._held.pop(owner_id, None)
+
+    async def _start(self, owner_id: str, last: str | None) -> int:
+        """Where the stream reads on from: `Last-Event-ID` if the owner's, else the newest push.
+
+        Raises:
+            Refusal: 400 for a `Last-Event-ID` that is no whole number.
+        """
+        given = number_param((last or "").strip(), "last-event-id", default=None, low=0)
+        if given is not None and await self._session.holds(owner_id, given):
+            return given
+        return await self._session.last_push_id(owner_id) or 0
+
+    async def _stream(self, owner_id: str, cursor: int) -> AsyncIterator[bytes]:
+        clock = asyncio.get_running_loop().time
         with self._audience.listening(owner_id) as wake:
             self._open.add(wake)
-            log.debug("api.stream_opened", owner_id=owner_id)
+            log.info("api.stream_opened", owner_id=owner_id)
             try:
                 yield b": connected\n\n"
+                wrote = clock()
                 while not self._closing.is_set():
                     # Cleared before reading: a push announced during the read wakes the next wait.
                     wake.clear()
-                    found = await self._session.pushes(owner_id, after=cursor, limit=BATCH)
-                    if found is None:
-                        # The message the stream stood on is gone (forgotten): go on from the end.
-                        cursor = await self._session.last_id(owner_id)
-                        continue
-                    for entry in found:
-                        yield push_event(entry)
-                        cursor = entry.message.id
-                    if len(found) == BATCH:
-                        continue
                     try:
-                        await asyncio.wait_for(wake.wait(), self._keepalive_s)
-                    except TimeoutError:
+                        found = await self._session.pushes(owner_id, after=cursor, limit=BATCH)
+                    except StoreError as exc:
+                        log.warning("api.stream_failed", owner_id=owner_id, error=str(exc))
+                        return
+                    if found:
+                        yield b"".join(push_event(entry) for entry in found)
+                        cursor = found[-1].message.id or cursor
+                        wrote = clock()
+                        if len(found) == BATCH:
+                            continue
+                    if clock() - wrote >= self._keepalive_s:
                         yield b": keep-alive\n\n"
+                        wrote = clock()
+                    try:
+                        # Woken by a push, by the close, or at the keep-alive; then read again.
+                        await asyncio.wait_for(wake.wait(), wrote + self._keepalive_s - clock())
+                    except TimeoutError:
+                        pass
             finally:
                 self._open.discard(wake)
-                log.debug("api.stream_closed", owner_id=owner_id)
+                log.info("api.stream_closed", owner_id=owner_id)

@@ -11,6 +11,21 @@ _ERROR = {
     "required": ["error"],
     "properties": {"error": {"type": "string", "description": "What was wrong, naming the field."}},
 }
+_RELAY_ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type", "code"],
+            "properties": {
+                "message": {"type": "string", "description": "What was wrong, naming the field."},
+                "type": {"type": "string"},
+                "code": {"type": ["integer", "string"]},
+            },
+        }
+    },
+}
 _MESSAGE = {
     "type": "object",
     "required": ["id", "role", "text", "at", "origin"],
@@ -37,11 +52,12 @@ _NEW_MESSAGE = {
     "additionalProperties": False,
     "properties": {
         "id": {
-            "type": "string",
+            "type": ["string", "integer"],
             "maxLength": 200,
-            "description": "The chat app's own id: sending it again stores nothing new.",
+            "description": "The chat app's own id (an integer is kept as its digits): sending it "
+            "again stores nothing new.",
         },
-        "role": {"type": "string", "enum": ["user", "assistant", "system"]},
+        "role": {"type": "string", "enum": ["user", "assistant"]},
         "text": {"type": "string", "maxLength": 1_000_000},
         "channel": {"type": "string"},
         "speaker": {"type": "string"},
@@ -49,7 +65,8 @@ _NEW_MESSAGE = {
         "at": {
             "type": "string",
             "format": "date-time",
-            "description": "Default now; without an offset, the owner's local time.",
+            "description": "Default now; without an offset, the owner's local time; a time "
+            "a little ahead is taken as now, more than 5 minutes ahead is a 400.",
         },
     },
 }
@@ -66,17 +83,33 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
     return {"content": {"application/json": {"schema": schema}}}
 
 
-def _errors(*statuses: int) -> dict[str, Any]:
-    words = {
-        400: "A field is missing or wrong; the error names it.",
-        401: "No token, or one nobody was given.",
-        404: "Not found; the error says what.",
-        413: "The body is larger than api.max_body_bytes.",
-        429: "Too many requests; see Retry-After.",
-        502: "The upstream cannot be reached.",
-    }
-    ref = {"$ref": "#/components/schemas/Error"}
-    return {str(s): {"description": words[s], **_json(ref)} for s in statuses}
+_WORDS = {
+    400: "A field is missing or wrong; the error names it.",
+    401: "No token, one nobody was given, or one whose owner is disabled or gone.",
+    403: "Without tokens (open on loopback): a foreign host name, or another site's page.",
+    404: "Not found; the error says what.",
+    413: "The body is larger than api.max_body_bytes.",
+    415: "The body is not sent as Content-Type: application/json.",
+    429: "Too many requests (see Retry-After), or too many open event streams.",
+    502: "The upstream cannot be reached, broke off, or answered too much.",
+    503: "The database cannot be read, no upstream is configured, or the daemon is stopping.",
+    504: "The upstream did not answer within model.timeout_s.",
+}
+API_ERRORS = {
+    ("/v1/messages", "post"): (400, 401, 403, 413, 415, 429, 503),
+    ("/v1/messages", "get"): (400, 401, 403, 404, 429, 503),
+    ("/v1/events", "get"): (400, 401, 403, 429, 503),
+    ("/v1/status", "get"): (401, 403, 429, 503),
+    ("/v1/chat/completions", "post"): (400, 401, 403, 413, 415, 429, 502, 503, 504),
+    ("/v1/models", "get"): (401, 403, 429, 502, 503, 504),
+}
+"""The error statuses each route answers with."""
+
+
+def _errors(path: str, method: str) -> dict[str, Any]:
+    schema = "RelayError" if path in ("/v1/chat/completions", "/v1/models") else "Error"
+    ref = {"$ref": f"#/components/schemas/{schema}"}
+    return {str(s): {"description": _WORDS[s], **_json(ref)} for s in API_ERRORS[path, method]}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -99,6 +132,7 @@ def document() -> dict[str, Any]:
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": {
                 "Error": _ERROR,
+                "RelayError": _RELAY_ERROR,
                 "Message": _MESSAGE,
                 "NewMessage": _NEW_MESSAGE,
                 "Messages": _MESSAGES,
@@ -122,7 +156,7 @@ def document() -> dict[str, Any]:
                     },
                     "responses": {
                         "200": {"description": "As stored.", **_json(_ref("Messages"))},
-                        **_errors(400, 401, 413, 429),
+                        **_errors("/v1/messages", "post"),
                     },
                 },
                 "get": {
@@ -143,7 +177,7 @@ def document() -> dict[str, Any]:
                     ],
                     "responses": {
                         "200": {"description": "A page of the session.", **_json(_ref("Messages"))},
-                        **_errors(400, 401, 404, 429),
+                        **_errors("/v1/messages", "get"),
                     },
                 },
             },
@@ -151,9 +185,10 @@ def document() -> dict[str, Any]:
                 "get": {
                     "summary": "The owner's pushes as Server-Sent Events (event: push)",
                     "description": "Each event's id is the message id and its data the message "
-                    "object; Last-Event-ID resumes after that push; a comment line keeps the "
-                    "stream alive at least every 15 s. While a stream is open the session "
-                    "channel counts as connected.",
+                    "object; Last-Event-ID resumes after that push (without it the stream "
+                    "begins after the newest push); a comment line keeps the stream alive at "
+                    "least every 15 s. An owner holds at most 8 streams open. While a stream is "
+                    "open the session channel counts as connected.",
                     "parameters": [
                         {"name": "Last-Event-ID", "in": "header", "schema": {"type": "string"}}
                     ],
@@ -162,7 +197,7 @@ def document() -> dict[str, Any]:
                             "description": "The stream.",
                             "content": {"text/event-stream": {"schema": {"type": "string"}}},
                         },
-                        **_errors(401, 429),
+                        **_errors("/v1/events", "get"),
                     },
                 },
             },
@@ -171,7 +206,7 @@ def document() -> dict[str, Any]:
                     "summary": "The owner's `backthink status --json` object",
                     "responses": {
                         "200": {"description": "The status.", **_json({"type": "object"})},
-                        **_errors(401, 429),
+                        **_errors("/v1/status", "get"),
                     },
                 },
             },
@@ -180,7 +215,8 @@ def document() -> dict[str, Any]:
                     "summary": "The relay: an OpenAI chat completion, streamed or not",
                     "description": "Forwarded to relay.upstream; the new user messages and the "
                     "complete reply are kept in the main session, and the pushes since the "
-                    "previous turn are shown to the model before the newest user message.",
+                    "previous turn are shown to the model before the trailing user messages. "
+                    'A stream that breaks off ends with one `data: {"error": ...}` event.',
                     "requestBody": {"required": True, **_json({"type": "object"})},
                     "responses": {
                         "200": {
@@ -190,7 +226,7 @@ def document() -> dict[str, Any]:
                                 "text/event-stream": {"schema": {"type": "string"}},
                             },
                         },
-                        **_errors(400, 401, 413, 429, 502),
+                        **_errors("/v1/chat/completions", "post"),
                     },
                 },
             },
@@ -199,7 +235,7 @@ def document() -> dict[str, Any]:
                     "summary": "The upstream's models, passed through",
                     "responses": {
                         "200": {"description": "The model list.", **_json({"type": "object"})},
-                        **_errors(401, 429, 502),
+                        **_errors("/v1/models", "get"),
                     },
                 },
             },

@@ -12,13 +12,13 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp
 
 from backthink.api.access import Access
-from backthink.api.bodies import Refusal, Style, error_response
 from backthink.api.events import KEEPALIVE_S, EventRoutes
 from backthink.api.openapi import document
-from backthink.api.relay import Relay
+from backthink.api.refusals import Refusal, Style, error_response
+from backthink.api.relay import ANSWER_MAX_BYTES, Relay
 from backthink.api.session import SessionRoutes
 from backthink.delivery.audience import Audience
-from backthink.errors import StoreError
+from backthink.errors import ConfigError, InputError, StoreError
 from backthink.host.fleet import Fleet
 from backthink.host.live import Live
 from backthink.host.serving import HttpServer, serve
@@ -34,11 +34,23 @@ METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 
 def _guarded(handler: Handler, style: Style) -> Handler:
+    """The handler with every expected failure answered as an error of `style`.
+
+    A refusal is the request's fault; an owner disabled or gone while the
+    request ran is as if its token opened nothing (401); settings that cannot
+    work and a database that fails are the daemon's (503), logged.
+    """
+
     async def run(request: Request) -> Response:
         try:
             response = await handler(request)
         except Refusal as refusal:
             response = refusal.response(style)
+        except InputError as exc:
+            response = error_response(401, f"the token's owner cannot be served: {exc}", style)
+        except ConfigError as exc:
+            log.warning("api.config_error", path=request.url.path, error=str(exc))
+            response = error_response(503, f"not configured: {exc}", style)
         except StoreError as exc:
             log.warning("api.store_error", path=request.url.path, error=str(exc))
             response = error_response(503, f"database unavailable: {exc}", style)
@@ -60,20 +72,33 @@ class Api:
     """Every route of the API and the relay, over the fleet's owners."""
 
     def __init__(
-        self, fleet: Fleet, owners: list[str], live: Live, *, keepalive_s: float = KEEPALIVE_S
+        self,
+        fleet: Fleet,
+        owners: list[str],
+        live: Live,
+        *,
+        keepalive_s: float = KEEPALIVE_S,
+        max_answer_bytes: int = ANSWER_MAX_BYTES,
     ) -> None:
-        """Serve the fleet's owners; an open loopback API speaks for `owners[0]`."""
+        """Serve the fleet's owners; an open loopback API speaks for `owners[0]`.
+
+        `keepalive_s` and `max_answer_bytes` are the event streams' and the
+        relay's bounds (tests make them small).
+        """
         settings = fleet.settings
         # Without the daemon's own audience (a test's fleet), streams still work; the
         # session channel of the fleet's apps then just does not follow them.
         audience = fleet.audience or Audience(settings.api.seen_window)
         access = Access(fleet, settings.api, owners[0])
+        self.relay = Relay(fleet, access, settings=settings, max_answer_bytes=max_answer_bytes)
         self.session = SessionRoutes(
-            fleet, access, live=live, max_body_bytes=settings.api.max_body_bytes
+            fleet,
+            access,
+            live=live,
+            max_body_bytes=settings.api.max_body_bytes,
+            relay_usage=lambda owner_id: self.relay.usage(owner_id).to_json(),
         )
         self.events = EventRoutes(fleet, access, audience, keepalive_s=keepalive_s)
-        self.relay = Relay(fleet, access, settings=settings)
-        self.session.relay_usage = lambda owner_id: self.relay.usage(owner_id).to_json()
 
     def routes(self) -> list[BaseRoute]:
         """The API's routes, all under `/v1/`."""
@@ -94,9 +119,14 @@ class Api:
             Route("/v1/{rest:path}", _unknown, methods=METHODS),
         ]
 
-    async def close(self) -> None:
-        """End the event streams and finish the relay's session writes."""
+    def end_streams(self) -> None:
+        """End every event stream and relayed stream (the daemon is stopping)."""
         self.events.close()
+        self.relay.end_streams()
+
+    async def close(self) -> None:
+        """End the streams, finish the relay's session writes, close its connections."""
+        self.end_streams()
         await self.relay.close()
 
 
@@ -110,8 +140,8 @@ class ApiDoors:
         self.url = server.url
 
     async def stop(self) -> None:
-        """End the streams, stop serving, and finish the relay's writes."""
-        self.api.events.close()
+        """End the streams first (so the server has none left to cut), stop serving, close."""
+        self.api.end_streams()
         await self.server.stop()
         await self.api.close()
 
@@ -123,6 +153,7 @@ async def open_api(
     *,
     page: PageApp | None = None,
     keepalive_s: float = KEEPALIVE_S,
+    max_answer_bytes: int = ANSWER_MAX_BYTES,
 ) -> ApiDoors:
     """Listen on `api.listen` and serve the API (and, with `page`, the page beside it).
 
@@ -132,7 +163,7 @@ async def open_api(
     settings = fleet.settings.api
     address = settings.address
     assert address is not None, "open_api needs api.listen"
-    api = Api(fleet, owners, live, keepalive_s=keepalive_s)
+    api = Api(fleet, owners, live, keepalive_s=keepalive_s, max_answer_bytes=max_answer_bytes)
     routes = api.routes()
     ready = ["api.ready"]
     if page is not None:

@@ -1,53 +1,69 @@
 """The API's session routes: messages in, messages out, the owner's status.
 
-Bodies are validated as `messages import` validates its lines (roles, sizes,
-no future dates), plus the chat app's own optional `id`, which makes sending
-a message twice harmless. Reading the session counts as a client being there
-(`api.seen_window`): the session channel stays connected for a while.
+Bodies are validated as `messages import` validates its lines (sizes, no
+future dates), with the doors' own rules (`backthink.api.incoming`), plus the
+chat app's own optional `id`, which makes sending a message twice harmless.
+Reading the session counts as a client being there (`api.seen_window`): the
+session channel stays connected for a while. A page is bounded in messages
+and in characters, so a session of large images is read a part at a time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from backthink.api.access import Access
-from backthink.api.bodies import Refusal, parse_json, read_body
-from backthink.config import Settings
-from backthink.errors import InputError
+from backthink.api.bodies import number_param, read_json
+from backthink.api.incoming import incoming
+from backthink.api.refusals import Refusal
+from backthink.config import ModelSettings, Settings
 from backthink.host.fleet import Fleet
 from backthink.host.live import Live, LiveStatus
 from backthink.host.status import model_health, owner_status
 from backthink.models import Message, SessionEntry
-from backthink.store.importing import parse_one
+from backthink.ports import Clock, ModelClient
 
 PAGE_DEFAULT = 50  # messages a page holds when the request does not say
 PAGE_MAX = 1000  # messages a page holds at most
+PAGE_MAX_CHARS = 8_000_000  # characters of text and images a page holds (one message at least)
 POST_MAX = 1000  # messages one POST may carry
 CLIENT_ID_CHARS = 200  # characters of a chat app's message id, at most
+PROBE_FOR = timedelta(seconds=30)  # how long /v1/status reuses its answer about the model
+
+RelayUsage = Callable[[str], dict[str, int]]
+"""The owner's requests and tokens through the relay, shown in the status."""
 
 
 class SessionRoutes:
     """`/v1/messages` and `/v1/status` over the fleet's owners."""
 
-    def __init__(self, fleet: Fleet, access: Access, *, live: Live, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        fleet: Fleet,
+        access: Access,
+        *,
+        live: Live,
+        max_body_bytes: int,
+        relay_usage: RelayUsage | None = None,
+    ) -> None:
         """Serve every owner of `fleet`; `live` answers what only the daemon knows."""
         self._fleet = fleet
         self._access = access
         self._live = live
         self._limit = max_body_bytes
         self._session = fleet.stores.session
-        self.relay_usage: Callable[[str], dict[str, int]] | None = None
-        """The owner's requests and tokens through the relay, shown in the status."""
+        self._relay_usage = relay_usage
+        self._probe = _ModelProbe(fleet.clock)
 
     async def post_messages(self, request: Request) -> Response:
         """POST /v1/messages: store one message or a list; answer them as stored."""
         owner_id = await self._access.owner(request)
-        data = parse_json(await read_body(request, self._limit))
+        data = await read_json(request, self._limit)
         single = isinstance(data, dict)
         items = [data] if single else data
         if not isinstance(items, list):
@@ -67,9 +83,14 @@ class SessionRoutes:
         """GET /v1/messages[?after=ID][&limit=N]: the session, oldest first."""
         owner_id = await self._access.owner(request)
         query = request.query_params
-        limit = _number(query.get("limit"), "limit", PAGE_DEFAULT, 0, PAGE_MAX)
-        after = _number(query.get("after"), "after", None, 0, None)
-        entries = await self._session.page(owner_id, after=after, limit=limit)
+        limit = number_param(
+            query.get("limit"), "limit", default=PAGE_DEFAULT, low=0, high=PAGE_MAX
+        )
+        after = number_param(query.get("after"), "after", default=None, low=0)
+        assert limit is not None
+        entries = await self._session.page(
+            owner_id, after=after, limit=limit, max_chars=PAGE_MAX_CHARS
+        )
         if entries is None:
             raise Refusal(404, f"after: there is no message {after} in this session")
         audience = self._fleet.audience
@@ -88,11 +109,11 @@ class SessionRoutes:
             rounds=app.rounds,
             outbox=app.outbox,
             live=self._live(owner_id) if self._live is not None else LiveStatus(),
-            model=await model_health(app.settings.model, client=app.model),
+            model=await self._probe.health(app.settings.model, app.model),
         )
         answer = found.to_json()
-        if self.relay_usage is not None:
-            answer["relay"] = self.relay_usage(owner_id)
+        if self._relay_usage is not None:
+            answer["relay"] = self._relay_usage(owner_id)
         return JSONResponse(answer)
 
 
@@ -109,16 +130,7 @@ def _message(item: Any, where: str, owner_id: str, settings: Settings, now: date
             raise Refusal(
                 400, f"{where}.id: a string of 1 to {CLIENT_ID_CHARS} characters, or left out"
             )
-    try:
-        message = parse_one(fields, where=where, owner_id=owner_id, now=now, tz=settings.owner.tz)
-    except InputError as exc:
-        # "body[0]: at: ..." -> "body[0].at: ..." names the field the way a client reads it.
-        text = str(exc)
-        head, sep, rest = text.partition(": ")
-        key, sep2, why = rest.partition(": ")
-        if sep and sep2 and key.isidentifier():
-            text = f"{head}.{key}: {why}"
-        raise Refusal(400, text) from None
+    message = incoming(fields, where=where, owner_id=owner_id, settings=settings, now=now)
     return message.model_copy(update={"client_id": client_id}) if client_id else message
 
 
@@ -126,13 +138,25 @@ def _plain(message: Message) -> dict[str, Any]:
     return SessionEntry(message).to_json()
 
 
-def _number(text: str | None, name: str, default: int | None, low: int, high: int | None) -> Any:
-    """A query parameter read as a whole number in [low, high], or `default` when absent."""
-    if text is None or text == "":
-        return default
-    if not text.isdigit() or len(text) > 18:
-        raise Refusal(400, f"{name}: expected a whole number, got {text[:40]!r}")
-    value = int(text)
-    if value < low or (high is not None and value > high):
-        raise Refusal(400, f"{name}: from {low} to {high}" if high else f"{name}: at least {low}")
-    return value
+class _ModelProbe:
+    """The model's health, probed at most once per `PROBE_FOR` per endpoint.
+
+    A status request is cheap and clients may poll it; the probe is a call to
+    the endpoint, which should not be made for every one of them.
+    """
+
+    def __init__(self, clock: Clock) -> None:
+        """Time the answers with `clock`."""
+        self._clock = clock
+        self._known: dict[tuple[str | None, str], tuple[datetime, str]] = {}
+
+    async def health(self, settings: ModelSettings, client: ModelClient | None) -> str:
+        """`model_health`'s answer, reused while it is fresh."""
+        key = (settings.base_url, settings.name)
+        now = self._clock.now()
+        known = self._known.get(key)
+        if known is not None and now - known[0] < PROBE_FOR:
+            return known[1]
+        found = await model_health(settings, client=client)
+        self._known[key] = (self._clock.now(), found)
+        return found

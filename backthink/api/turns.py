@@ -7,20 +7,31 @@ pushes since the front-end's previous turn into the request it forwards.
 The front-end's history is matched against the session's newest messages by
 role and text. Its last messages before the trailing user messages (the
 "anchor", up to `ANCHOR` of them) are looked for in the session, newest
-first; what the session holds after the anchor is compared with the trailing
-user messages:
+first. A front-end may show the pushes among its messages or not: a push
+matches an assistant message of the request when it says the same, and is
+stepped over when the request lacks it; a chat message it lacks breaks the
+match. What the session holds after the anchor is compared with the
+trailing user messages:
 
 - nothing after it: a new turn, every trailing user message is new;
-- user messages that end with the first of the trailing ones (and perhaps
-  replies): a retry after a failed call, or a regenerated reply; what the
-  session holds is not stored twice;
+- user messages that end with the first of the trailing ones: a retry after
+  a failed call, or a regenerated reply. What the session holds is not
+  stored twice, and a reply the session holds for that turn is the one a
+  regenerated reply replaces;
 - other user messages: the front-end edited its last turn; the edited text is
   new and is stored.
 
 Without an anchor (a first turn, or a history the session never saw) the
-session's last turn stands in for what follows it. The pushes are those
-delivered after the anchor (or after the session's last turn before the new
-one), newest `MAX_PUSHES` of them.
+session's last turn stands in for what came before, and holds the trailing
+messages only while it is unanswered (a retry after a failed call): a new
+chat that opens with the words of the session's last question is a new
+question. The one case this cannot tell apart is a first turn regenerated:
+its question and reply are stored once more.
+
+The pushes shown are those delivered after the anchor (without one: after
+the session's last chat message before the turn), newest `MAX_PUSHES` of
+them, less those the request holds already; they go right before the run of
+trailing user messages.
 """
 
 from __future__ import annotations
@@ -58,9 +69,11 @@ class Turn:
     new: list[Said]
     """The trailing user messages the session does not hold yet, to be stored."""
     pushes: list[SessionEntry]
-    """Pushes to insert before the newest user message of the forwarded request."""
-    newest_user: int | None
-    """The index of the newest user message in the request's `messages`, if any."""
+    """Pushes to insert before the trailing user messages of the forwarded request."""
+    insert_at: int | None
+    """The index in the request's `messages` the pushes go before (None: nowhere)."""
+    replaces: SessionEntry | None = None
+    """The session's reply to this very turn, which a regenerated reply takes the place of."""
 
 
 def content_text(content: Any) -> tuple[str, str | None]:
@@ -107,75 +120,101 @@ def plan(messages: Sequence[Any], session: Sequence[SessionEntry]) -> Turn:
     while trailing > 0 and spoken[trailing - 1].role == "user":
         trailing -= 1
     new, before = spoken[trailing:], spoken[:trailing]
-    chat = [
-        (i, e)
-        for i, e in enumerate(session)
-        if e.message.origin == "chat" and e.message.role in SPEAKING
-    ]
-    at = _anchor(before, chat)
-    if at is not None:
-        after = [e for _, e in chat[at + 1 :]]
-        cut = chat[at][0]
+    entries = [e for e in session if e.message.role in SPEAKING]
+    chat = [k for k, e in enumerate(entries) if e.message.origin == "chat"]
+    anchor = _anchor(before, entries)
+    if anchor is not None:
+        held, replaces, first_held = _held(new, entries, anchor + 1)
+        cut = anchor
     else:
-        start = _last_turn(chat)
-        after = [e for _, e in chat[start:]]
-        cut = chat[start - 1][0] if start > 0 else -1
-    held = _held(new, [e for e in after if e.message.role == "user"])
+        start = _last_turn(entries, chat)
+        held, replaces, first_held = 0, None, None
+        if all(entries[k].message.role == "user" for k in chat if k >= start):
+            held, replaces, first_held = _held(new, entries, start)
+        end = first_held if first_held is not None else len(entries)
+        cut = max((k for k in chat if k < end), default=-1)
+    shown = {s.text.strip() for s in before if s.role == "assistant"}
     pushes = [
         e
-        for e in session[cut + 1 :]
-        if e.message.origin == "proactive" and e.delivery == "delivered"
+        for e in entries[cut + 1 :]
+        if e.message.origin == "proactive"
+        and e.delivery == "delivered"
+        and e.message.text.strip() not in shown
     ][-MAX_PUSHES:]
-    return Turn(new[held:], pushes, _newest_user(messages))
+    return Turn(new[held:], pushes, new[0].index if new else None, replaces)
 
 
-def _anchor(before: Sequence[Said], chat: Sequence[tuple[int, SessionEntry]]) -> int | None:
-    """The position in `chat` of the front-end's last message before the new ones, if found."""
+def _same(said_: Said, entry: SessionEntry) -> bool:
+    return said_.same(entry.message.role, entry.message.text)
+
+
+def _anchor(before: Sequence[Said], entries: Sequence[SessionEntry]) -> int | None:
+    """The position in `entries` of the front-end's last message before the new ones, if found."""
     if not before:
         return None
     tail = before[-ANCHOR:]
-    for end in range(len(chat) - 1, -1, -1):
-        window = chat[max(0, end + 1 - len(tail)) : end + 1]
-        pairs = zip(reversed(tail), reversed(window), strict=False)
-        if all(s.same(e.message.role, e.message.text) for s, (_, e) in pairs):
+    for end in range(len(entries) - 1, -1, -1):
+        if _matches_back(tail, entries, end):
             return end
     return None
 
 
-def _held(new: Sequence[Said], users: Sequence[SessionEntry]) -> int:
-    """How many of the new messages (from the first) the session's last user messages are."""
+def _matches_back(tail: Sequence[Said], entries: Sequence[SessionEntry], end: int) -> bool:
+    """Whether `tail` ends at `entries[end]`, stepping over pushes the front-end does not show."""
+    if not _same(tail[-1], entries[end]):
+        return False
+    wanted, at = len(tail) - 2, end - 1
+    while wanted >= 0 and at >= 0:
+        entry = entries[at]
+        if _same(tail[wanted], entry):
+            wanted -= 1
+        elif entry.message.origin != "proactive":
+            return False
+        at -= 1
+    # Matched all of it, or the session begins here.
+    return True
+
+
+def _held(
+    new: Sequence[Said], entries: Sequence[SessionEntry], start: int
+) -> tuple[int, SessionEntry | None, int | None]:
+    """How many of the new messages (from the first) the session holds from `start` on.
+
+    Returns that count, the session's latest reply after them when it holds
+    them all (the reply a regenerated one replaces), and the position of the
+    first held message.
+    """
+    users = [k for k in range(start, len(entries)) if _chat(entries[k], "user")]
     for count in range(min(len(new), len(users)), 0, -1):
         tail = users[len(users) - count :]
-        if all(s.same("user", e.message.text) for s, e in zip(new[:count], tail, strict=True)):
-            return count
-    return 0
+        if all(s.same("user", entries[k].message.text) for s, k in zip(new, tail, strict=False)):
+            replies = [entries[k] for k in range(tail[-1] + 1, len(entries))]
+            reply = next((e for e in reversed(replies) if _chat(e, "assistant")), None)
+            return count, reply if count == len(new) else None, tail[0]
+    return 0, None, None
 
 
-def _last_turn(chat: Sequence[tuple[int, SessionEntry]]) -> int:
-    """Where the session's last turn (user messages, then any replies) begins in `chat`."""
+def _chat(entry: SessionEntry, role: str) -> bool:
+    return entry.message.origin == "chat" and entry.message.role == role
+
+
+def _last_turn(entries: Sequence[SessionEntry], chat: Sequence[int]) -> int:
+    """Where the session's last turn (user messages, then any replies) begins in `entries`."""
     start = len(chat)
-    while start > 0 and chat[start - 1][1].message.role == "assistant":
+    while start > 0 and entries[chat[start - 1]].message.role == "assistant":
         start -= 1
-    while start > 0 and chat[start - 1][1].message.role == "user":
+    while start > 0 and entries[chat[start - 1]].message.role == "user":
         start -= 1
-    return start
-
-
-def _newest_user(messages: Sequence[Any]) -> int | None:
-    for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
-        if isinstance(message, Mapping) and message.get("role") == "user":
-            return index
-    return None
+    return chat[start] if start < len(chat) else len(entries)
 
 
 def with_pushes(messages: Sequence[Any], turn: Turn) -> list[Any]:
-    """The request's messages with the turn's pushes right before its newest user message.
+    """The request's messages with the turn's pushes right before its trailing user messages.
 
     The front-end's own messages are kept as they are, in their order.
     """
-    if not turn.pushes or turn.newest_user is None:
+    if not turn.pushes or turn.insert_at is None:
         return list(messages)
     inserted = [{"role": "assistant", "content": e.message.text} for e in turn.pushes]
-    at = turn.newest_user
+    at = turn.insert_at
     return [*messages[:at], *inserted, *messages[at:]]

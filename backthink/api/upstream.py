@@ -55,13 +55,18 @@ class Completion:
                 self.completion_tokens = completion
 
 
+def _json(raw: bytes) -> Any:
+    """`raw` as JSON, or None when it is not (malformed, or nested past the parser's depth)."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+
+
 def read_completion(body: bytes) -> Completion:
     """The reply of a non-streamed completion (empty and incomplete when it has none)."""
     found = Completion()
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return found
+    data = _json(body)
     if not isinstance(data, Mapping):
         return found
     found.read_usage(data.get("usage"))
@@ -81,7 +86,10 @@ class StreamReader:
     def __init__(self) -> None:
         """Start before the first chunk."""
         self.completion = Completion()
-        self._buffer = b""
+        # The pieces of the line under way: joined once its end arrives, so a long
+        # line in many small pieces costs its length, not its length squared.
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
         self._parts: list[str] = []
         self._broken = False
 
@@ -89,15 +97,20 @@ class StreamReader:
         """Read one piece of the byte stream (pieces may split lines anywhere)."""
         if self._broken:
             return
-        self._buffer += chunk
-        *lines, self._buffer = self._buffer.split(b"\n")
-        if len(self._buffer) > LINE_MAX_BYTES:
+        *ends, rest = chunk.split(b"\n")
+        for end in ends:
+            self._pending.append(end)
+            line = b"".join(self._pending)
+            self._pending.clear()
+            self._pending_bytes = 0
+            self._line(line.rstrip(b"\r"))
+        if rest:
+            self._pending.append(rest)
+            self._pending_bytes += len(rest)
+        if self._pending_bytes > LINE_MAX_BYTES:
             # A line this long is no chat chunk; the reply will not be kept.
             self._broken = True
-            self._buffer = b""
-            return
-        for line in lines:
-            self._line(line.rstrip(b"\r"))
+            self._pending.clear()
 
     def _line(self, line: bytes) -> None:
         if not line.startswith(b"data:"):
@@ -106,10 +119,7 @@ class StreamReader:
         if payload == b"[DONE]":
             self.completion.complete = True
             return
-        try:
-            data = json.loads(payload)
-        except ValueError:
-            return
+        data = _json(payload)
         if not isinstance(data, Mapping):
             return
         self.completion.read_usage(data.get("usage"))
@@ -126,9 +136,9 @@ class StreamReader:
 
     def finish(self) -> Completion:
         """The completion as read once the stream ended (incomplete if it broke off)."""
-        if self._buffer and not self._broken:
-            self._line(self._buffer.rstrip(b"\r"))
-            self._buffer = b""
+        if self._pending and not self._broken:
+            self._line(b"".join(self._pending).rstrip(b"\r"))
+            self._pending.clear()
         self.completion.text = "".join(self._parts)
         if self._broken:
             self.completion.complete = False

@@ -1,9 +1,10 @@
 """SqlSession: the main session as chat apps read and write it (the API, the relay, the CLI).
 
-Reads walk `ix_message_recent` (or `ix_message_origin` for pushes) from a
-position in session order, (created_at, id), so a page costs the same at any
-history size. Each push carries the state of its delivery, read in the same
-query. Writes are idempotent by the chat app's own message id.
+Pages walk `ix_message_recent` from a position in session order,
+(created_at, id), so a page costs the same at any history size; the push
+stream reads pushes by id, the order they were stored in. Each push carries
+the state of its delivery, read in the same query. Writes are idempotent by
+the chat app's own message id.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from functools import cache
 from typing import Any
 
 from pydantic import TypeAdapter
-from sqlalchemy import Integer, and_, bindparam, insert, or_
+from sqlalchemy import Integer, and_, bindparam, func, insert, null, or_, update
 from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
@@ -52,44 +53,89 @@ def _entries(rows: Sequence[RowMapping]) -> list[SessionEntry]:
 
 
 @cache
-def _query(*, pushes_only: bool, after: bool) -> Any:
+def _query(*, pushes_only: bool, after: bool, lean: bool = False) -> Any:
     """A page of entries, with bound parameters; built once per kind, so a call builds none.
 
     Parameters: `owner_id`, `session_id`, `limit`, and with `after` the
     position `after_at`, `after_id` to read on from (oldest first); without it
-    the newest come first.
+    the newest come first. A `lean` page leaves every image out.
     """
-    columns: list[Any] = [col(c) for c in MessageRow.__table__.columns]  # type: ignore[attr-defined]
+    columns: list[Any] = [
+        null().label("image") if lean and c.name == "image" else col(c)
+        for c in MessageRow.__table__.columns  # type: ignore[attr-defined]
+    ]
     columns.append(col(DeliveryRow.status))
     query = (
         select(*columns)
         .outerjoin(DeliveryRow, col(DeliveryRow.id) == col(MessageRow.round_id))
-        .where(
-            col(MessageRow.owner_id) == bindparam("owner_id"),
-            col(MessageRow.session_id) == bindparam("session_id"),
-        )
+        .where(*_in_session())
     )
     if pushes_only:
         query = query.where(col(MessageRow.origin) == "proactive")
+    return _ordered(query, after=after).limit(bindparam("limit", type_=Integer))
+
+
+@cache
+def _sizes_query(*, after: bool) -> Any:
+    """The characters of text and image of each message of a page, in the page's order."""
+    size = func.length(col(MessageRow.text)) + func.coalesce(func.length(col(MessageRow.image)), 0)
+    query = select(size.label("size")).where(*_in_session())
+    return _ordered(query, after=after).limit(bindparam("limit", type_=Integer))
+
+
+def _in_session() -> list[Any]:
+    """The conditions of one owner's session (parameters `owner_id`, `session_id`)."""
+    return [
+        col(MessageRow.owner_id) == bindparam("owner_id"),
+        col(MessageRow.session_id) == bindparam("session_id"),
+    ]
+
+
+def _ordered(query: Any, *, after: bool) -> Any:
+    """Session order from the position (`after_at`, `after_id`) on, or newest first."""
     created, ident = col(MessageRow.created_at), col(MessageRow.id)
-    if after:
-        at = bindparam("after_at", type_=UTCDateTime)
-        query = query.where(
-            or_(created > at, and_(created == at, ident > bindparam("after_id")))
-        ).order_by(created, ident)
-    else:
-        query = query.order_by(created.desc(), ident.desc())
-    return query.limit(bindparam("limit", type_=Integer))
+    if not after:
+        return query.order_by(created.desc(), ident.desc())
+    at = bindparam("after_at", type_=UTCDateTime)
+    return query.where(
+        or_(created > at, and_(created == at, ident > bindparam("after_id")))
+    ).order_by(created, ident)
+
+
+@cache
+def _pushes_query() -> Any:
+    """The owner's pushes with an id above `after_id`, by id (parameters as `_query`'s)."""
+    columns: list[Any] = [col(c) for c in MessageRow.__table__.columns]  # type: ignore[attr-defined]
+    columns.append(col(DeliveryRow.status))
+    return (
+        select(*columns)
+        .outerjoin(DeliveryRow, col(DeliveryRow.id) == col(MessageRow.round_id))
+        .where(
+            *_in_session(),
+            col(MessageRow.origin) == "proactive",
+            col(MessageRow.id) > bindparam("after_id"),
+        )
+        .order_by(col(MessageRow.id))
+        .limit(bindparam("limit", type_=Integer))
+    )
 
 
 @cache
 def _position_query() -> Any:
     """When a message of an owner's session was said; parameters `id`, `owner_id`, `session_id`."""
     return select(col(MessageRow.created_at)).where(
-        col(MessageRow.id) == bindparam("id"),
-        col(MessageRow.owner_id) == bindparam("owner_id"),
-        col(MessageRow.session_id) == bindparam("session_id"),
+        col(MessageRow.id) == bindparam("id"), *_in_session()
     )
+
+
+def _fitting(sizes: Sequence[int | None], max_chars: int) -> int:
+    """How many of a page's messages (in the page's order) fit `max_chars`; always one at least."""
+    total = 0
+    for count, size in enumerate(sizes):
+        total += size or 0
+        if total > max_chars and count > 0:
+            return count
+    return len(sizes)
 
 
 class SqlSession:
@@ -100,56 +146,119 @@ class SqlSession:
         self._db = db
 
     async def page(
-        self, owner_id: str, *, after: int | None, limit: int, session_id: str = MAIN_SESSION
+        self,
+        owner_id: str,
+        *,
+        after: int | None,
+        limit: int,
+        max_chars: int | None = None,
+        session_id: str = MAIN_SESSION,
     ) -> list[SessionEntry] | None:
         """Messages after the message `after`, oldest first; without `after`, the newest `limit`.
 
-        Returns None when `after` is not a message of this owner's session.
-        """
-        return await self._page(owner_id, after, limit, session_id, pushes_only=False)
-
-    async def pushes(
-        self, owner_id: str, *, after: int | None, limit: int, session_id: str = MAIN_SESSION
-    ) -> list[SessionEntry] | None:
-        """The companion's pushes after the message `after`, oldest first (None: the newest).
+        With `max_chars`, the page stops early once its texts and images pass
+        that many characters (a page holds one message at least): with
+        `after`, the oldest that fit; without, the newest that fit. Their
+        sizes are read first, so a page of large images is never loaded whole.
 
         Returns None when `after` is not a message of this owner's session.
         """
-        return await self._page(owner_id, after, limit, session_id, pushes_only=True)
+        return await self._page(owner_id, after, limit, session_id, max_chars=max_chars)
+
+    async def recent(
+        self, owner_id: str, *, limit: int, session_id: str = MAIN_SESSION
+    ) -> list[SessionEntry]:
+        """The newest `limit` messages, oldest first, without their images (what a turn matches)."""
+        found = await self._page(owner_id, None, limit, session_id, lean=True)
+        return found or []
 
     async def _page(
-        self, owner_id: str, after: int | None, limit: int, session_id: str, *, pushes_only: bool
+        self,
+        owner_id: str,
+        after: int | None,
+        limit: int,
+        session_id: str,
+        *,
+        max_chars: int | None = None,
+        lean: bool = False,
     ) -> list[SessionEntry] | None:
         if limit < 0:
             raise ValueError(f"limit must not be negative, got {limit}")
         params: dict[str, Any] = {"owner_id": owner_id, "session_id": session_id, "limit": limit}
-        newest = _query(pushes_only=pushes_only, after=False)
-        later = _query(pushes_only=pushes_only, after=True)
+        rows_query = _query(pushes_only=False, after=after is not None, lean=lean)
+        sizes_query = _sizes_query(after=after is not None)
 
         def read(conn: Connection) -> Sequence[RowMapping] | None:
-            if after is None:
-                return list(reversed(conn.execute(newest, params).mappings().all()))
-            where = {"id": after, "owner_id": owner_id, "session_id": session_id}
-            at = conn.execute(_position_query(), where).scalar_one_or_none()
-            if at is None:
-                return None
-            params.update(after_at=at, after_id=after)
-            return conn.execute(later, params).mappings().all()
+            if after is not None:
+                where = {"id": after, "owner_id": owner_id, "session_id": session_id}
+                at = conn.execute(_position_query(), where).scalar_one_or_none()
+                if at is None:
+                    return None
+                params.update(after_at=at, after_id=after)
+            if max_chars is not None:
+                sizes = conn.execute(sizes_query, params).scalars().all()
+                params["limit"] = _fitting(sizes, max_chars)
+            rows = conn.execute(rows_query, params).mappings().all()
+            return rows if after is not None else list(reversed(rows))
 
         with store_errors("could not read messages"):
             rows = await self._db.read(read)
             return None if rows is None else _entries(rows)
 
-    async def last_id(self, owner_id: str, *, session_id: str = MAIN_SESSION) -> int | None:
-        """The id of the session's newest message, or None for an empty session."""
-        query = (
-            select(col(MessageRow.id))
-            .where(col(MessageRow.owner_id) == owner_id, col(MessageRow.session_id) == session_id)
-            .order_by(col(MessageRow.created_at).desc(), col(MessageRow.id).desc())
-            .limit(1)
+    async def pushes(
+        self, owner_id: str, *, after: int, limit: int, session_id: str = MAIN_SESSION
+    ) -> list[SessionEntry]:
+        """The companion's pushes with an id above `after`, by id: the order a stream sends them.
+
+        Ids, not times, order them: a push is stored as it is made, while a
+        chat app may date its own messages (a little ahead, even), and the
+        stream must never step over a push for a message's date.
+        """
+        params = {"owner_id": owner_id, "session_id": session_id, "after_id": after, "limit": limit}
+        with store_errors("could not read messages"):
+            rows = await self._db.read(
+                lambda c: c.execute(_pushes_query(), params).mappings().all()
+            )
+            return _entries(rows)
+
+    async def last_push_id(self, owner_id: str, *, session_id: str = MAIN_SESSION) -> int | None:
+        """The highest id of the owner's pushes, or None when the companion pushed nothing yet."""
+        query = select(func.max(col(MessageRow.id))).where(
+            col(MessageRow.owner_id) == owner_id,
+            col(MessageRow.session_id) == session_id,
+            col(MessageRow.origin) == "proactive",
         )
         with store_errors("could not read messages"):
-            return await self._db.read(lambda c: c.execute(query).scalar_one_or_none())
+            found: int | None = await self._db.read(lambda c: c.execute(query).scalar_one())
+            return found
+
+    async def holds(
+        self, owner_id: str, message_id: int, *, session_id: str = MAIN_SESSION
+    ) -> bool:
+        """Whether `message_id` is a message of the owner's session."""
+        where = {"id": message_id, "owner_id": owner_id, "session_id": session_id}
+        with store_errors("could not read messages"):
+            at = await self._db.read(
+                lambda c: c.execute(_position_query(), where).scalar_one_or_none()
+            )
+            return at is not None
+
+    async def revise(self, owner_id: str, message_id: int, text: str) -> bool:
+        """Put `text` in place of a message's own (a regenerated reply); False when it is gone.
+
+        The message keeps its id and its time, so its place in the session.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        query = (
+            update(MessageRow)
+            .where(col(MessageRow.id) == message_id, col(MessageRow.owner_id) == owner_id)
+            .values(text=text)
+        )
+        with store_errors("could not store messages"):
+            changed: int = await self._db.write(lambda c: c.execute(query).rowcount)
+            return changed > 0
 
     async def append(self, messages: Sequence[Message]) -> list[Message]:
         """Store messages of one owner in one transaction; return each as stored, in order.
@@ -196,4 +305,3 @@ class SqlSession:
             except IntegrityError:
                 # Another writer stored one of these client ids in between; now it is known.
                 return await self._db.write(run)
-

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from urllib.parse import urlsplit
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from backthink.config import LOOPBACK_HOSTS, WebSettings
+from backthink.host.origin import same_origin
 from backthink.web.pages import message_page
 
 COOKIE = "backthink_token"
@@ -90,19 +90,6 @@ class Guard:
         given = request.cookies.get(COOKIE)
         assert self._cookie is not None
         return given is not None and hmac.compare_digest(given.encode(), self._cookie.encode())
-
-
-def same_origin(request: Request) -> bool:
-    """Whether a browser's request names this host as its origin (Origin, else Referer)."""
-    own = f"{request.url.scheme}://{request.headers.get('host', '')}"
-    origin = request.headers.get("origin")
-    if origin and origin != "null":
-        return hmac.compare_digest(origin.encode(), own.encode())
-    referer = request.headers.get("referer")
-    if referer:
-        parts = urlsplit(referer)
-        return f"{parts.scheme}://{parts.netloc}" == own
-    return False
 
 
 def _refuse(title: str, text: str, status: int) -> Response:
