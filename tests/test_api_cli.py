@@ -48,3 +48,19 @@ def test_messages_list_prints_the_session_as_the_api_does(workdir: Workdir) -> N
         "origin": "chat",
         "delivery": None,
     }
+
+
+def test_messages_list_shows_control_characters_written_out(workdir: Workdir) -> None:
+    """An escape sequence or a bidi override in a message is printed as text, never sent raw."""
+    text = "\x1b]0;owned\x07red\x1b[31m \u202eevil"
+    workdir.cli(
+        "messages", "add", "--role", "assistant", "--text", text,
+        "--speaker", "x\x1b[2J", "--channel", "ph\x9bone", "--at", "2026-11-29T10:00:00+08:00",
+    )  # fmt: skip
+    out = workdir.cli("messages", "list").stdout
+    assert not any(ch in out for ch in "\x1b\x07\x9b\u202e")
+    assert out.rstrip("\n").endswith(
+        "assistant:x\\x1b[2J  [ph\\x9bone]  \\x1b]0;owned\\x07red\\x1b[31m \\u202eevil"
+    )
+    data = json.loads(workdir.cli("messages", "list", "--json").stdout)
+    assert data["messages"][0]["text"] == text

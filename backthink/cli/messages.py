@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import unicodedata
 from datetime import tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -147,13 +148,13 @@ def messages_list(
 
 
 def _line(entry: SessionEntry, tz: tzinfo) -> str:
-    """One readable line: id, local time, who, where, and the text on one line."""
+    """One readable line: id, local time, who, where, and the text on one line, made inert."""
     m = entry.message
-    who = m.role if m.speaker is None else f"{m.role}:{m.speaker}"
-    where = [m.channel or "session"]
+    who = m.role if m.speaker is None else f"{m.role}:{_shown(m.speaker)}"
+    where = [_shown(m.channel or "session")]
     if entry.delivery is not None:
         where.insert(0, f"push {entry.delivery}")
-    text = " ".join(m.text.split())
+    text = _shown(" ".join(m.text.split()))
     if len(text) > LINE_CHARS:
         text = text[: LINE_CHARS - 1] + "…"
     at = m.created_at.astimezone(tz).strftime("%Y-%m-%d %H:%M")
@@ -161,3 +162,19 @@ def _line(entry: SessionEntry, tz: tzinfo) -> str:
 
 
 LINE_CHARS = 120  # characters of a message's text `messages list` shows on its line
+# Characters that reorder the text around them on a terminal (bidirectional overrides).
+_BIDI_CONTROLS = frozenset("\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def _shown(text: str) -> str:
+    """`text` with control characters written out (`\\x1b`), so a message cannot drive the terminal.
+
+    Messages come from chat apps: an escape sequence in one would otherwise
+    recolour, retitle or rewrite the terminal that lists them.
+    """
+    return "".join(
+        ch.encode("unicode_escape").decode("ascii")
+        if unicodedata.category(ch) == "Cc" or ch in _BIDI_CONTROLS
+        else ch
+        for ch in text
+    )
