@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import queue
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -20,7 +19,7 @@ import httpx2
 import openai
 import pytest
 from conftest import DaemonProcess, Workdir
-from fake_openai import FakeOpenAI
+from fake_openai import FakeOpenAI, Reply
 from webhook_receiver import WebhookReceiver
 
 pytestmark = pytest.mark.slow
@@ -30,8 +29,8 @@ FIRST_PUSH = "考完记得好好休息，晚上想吃点什么？"
 SECOND_PUSH = "明天的组会材料准备好了吗？"
 
 
-def start(workdir: Workdir, receiver: WebhookReceiver) -> tuple[DaemonProcess, str, str]:
-    """Write the config, make o's token, start the daemon; return it, its URL and the token."""
+def configure(workdir: Workdir, receiver: WebhookReceiver) -> str:
+    """Write the config ([api] on, web and a webhook phone), make o's token and return it."""
     workdir.write_config(
         f"""
 [schedule]
@@ -56,10 +55,14 @@ timeout_s = 5
             "max_unanswered": 10,
         },
     )
-    token = workdir.cli("owners", "token", "o").stdout.strip()
+    return workdir.cli("owners", "token", "o").stdout.strip()
+
+
+def start(workdir: Workdir) -> tuple[DaemonProcess, str]:
+    """Start the daemon; return it and the API's URL."""
     daemon = DaemonProcess(workdir, dict(workdir.env))
     url = str(daemon.wait_for("api.ready")["url"])
-    return daemon, url, token
+    return daemon, url
 
 
 @contextmanager
@@ -85,21 +88,6 @@ def event_stream(url: str, token: str) -> Iterator[queue.Queue[Any]]:
         reader.join(WAIT_S)
 
 
-def web_channel(url: str, token: str) -> str:
-    """The session channel's health as the running daemon sees it (reading status is no visit)."""
-    answer = httpx2.get(
-        f"{url}v1/status", headers={"authorization": f"Bearer {token}"}, timeout=WAIT_S
-    )
-    return str(answer.json()["channels"]["web"])
-
-
-def wait_for_web(url: str, token: str, health: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while web_channel(url, token) != health:
-        assert time.monotonic() < deadline, f"the web channel never became {health}"
-        time.sleep(0.05)
-
-
 def session(workdir: Workdir) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = json.loads(workdir.cli("messages", "list", "--json").stdout)[
         "messages"
@@ -111,7 +99,8 @@ def test_a_chat_front_end_becomes_a_companion(
     workdir: Workdir, fake: FakeOpenAI, receiver: WebhookReceiver
 ) -> None:
     """Chat via the relay; the heartbeat sees it; its push reaches the stream, then the phone."""
-    daemon, url, token = start(workdir, receiver)
+    token = configure(workdir, receiver)
+    daemon, url = start(workdir)
     try:
         chat = openai.OpenAI(base_url=f"{url}v1", api_key=token, max_retries=0, timeout=WAIT_S)
         history: list[Any] = [{"role": "system", "content": "你是昔涟。"}]
@@ -133,13 +122,12 @@ def test_a_chat_front_end_becomes_a_companion(
         say("今天考完试了", "辛苦啦！考得怎么样？")
         say("还不错，就是好累", "那今晚早点睡吧。", stream=True)
         say("嗯，明天还有组会", "组会加油！")
-        deadline = time.monotonic() + WAIT_S
-        while len(session(workdir)) < 6:
-            assert time.monotonic() < deadline, "the relay did not keep the conversation"
-            time.sleep(0.1)
+        # Each call's line is written once its turn and reply are in the session.
+        daemon.wait_for("relay.finished", count=3, timeout_s=WAIT_S)
+        assert len(session(workdir)) == 6
 
         with event_stream(url, token) as events:
-            wait_for_web(url, token, "ok")
+            daemon.wait_for("api.stream_opened", timeout_s=WAIT_S)
             fake.script(f"想关心一下。\n[decision:push]\n[urgency:routine]\n{FIRST_PUSH}")
             round_ = json.loads(workdir.cli("poke", "heartbeat").stdout)
             assert (round_["outcome"], round_["reason"]) == ("delivered", "web")
@@ -161,7 +149,7 @@ def test_a_chat_front_end_becomes_a_companion(
         assert forwarded[:-2] == history[:-2]
 
         # No stream open, no recent read: the push goes to the phone instead.
-        wait_for_web(url, token, "down")
+        daemon.wait_for("api.stream_closed", timeout_s=WAIT_S)
         fake.script(f"[decision:push]\n[urgency:routine]\n{SECOND_PUSH}")
         round_ = json.loads(workdir.cli("poke", "heartbeat").stdout)
         assert (round_["outcome"], round_["reason"]) == ("delivered", "phone")
@@ -180,6 +168,57 @@ def test_a_chat_front_end_becomes_a_companion(
     # The relay counts and times its calls, and never logs what was said.
     assert "谢谢，想吃火锅" not in log and "好呀" not in log
     assert all("latency_ms" in e for e in relayed)
+
+
+def test_a_round_outside_the_daemon_asks_it_whether_anyone_watches(
+    workdir: Workdir, fake: FakeOpenAI, receiver: WebhookReceiver
+) -> None:
+    """`think` with [api] on: the session channel counts only while the daemon has a watcher."""
+    token = configure(workdir, receiver)
+    workdir.cli("messages", "add", "--role", "user", "--text", "在吗")
+
+    def think(text: str) -> str:
+        fake.script(f"[decision:push]\n[urgency:routine]\n{text}")
+        round_ = workdir.think_json()
+        assert round_["outcome"] == "delivered", round_
+        return str(round_["reason"])
+
+    # No daemon: nobody can be watching the session, so the push goes to the phone.
+    assert think("没有人在看") == "phone"
+    assert receiver.wait_for(1)[0].json["text"] == "没有人在看"
+    daemon, url = start(workdir)
+    try:
+        with event_stream(url, token):
+            daemon.wait_for("api.stream_opened", timeout_s=WAIT_S)
+            assert think("有人在看") == "web"
+        daemon.wait_for("api.stream_closed", timeout_s=WAIT_S)
+        assert think("又没人了") == "phone"
+    finally:
+        assert daemon.stop() == 0
+    assert [r.json["text"] for r in receiver.wait_for(2)] == ["没有人在看", "又没人了"]
+
+
+def test_a_stop_with_a_relayed_stream_open_is_clean(workdir: Workdir, fake: FakeOpenAI) -> None:
+    """SIGTERM mid-stream: the client gets an error event and a clean end; no error is logged."""
+    workdir.write_config('[api]\nlisten = "127.0.0.1:0"\n[schedule]\nstartup_greeting = false')
+    daemon, url = start(workdir)
+    fake.script(Reply("一段很慢的回答", stream_delay_s=WAIT_S))
+    body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "慢慢说"}]}
+    try:
+        with (
+            httpx2.Client(timeout=WAIT_S) as client,
+            client.stream("POST", f"{url}v1/chat/completions", json=body) as answer,
+        ):
+            lines = answer.iter_lines()
+            assert next(lines).startswith("data: ")  # the first chunk is through
+            assert daemon.stop() == 0
+            rest = [line for line in lines if line]
+    finally:
+        daemon.stop()
+    assert rest and json.loads(rest[-1].removeprefix("data: "))["error"]["code"] == 503
+    daemon.wait_for("daemon.stopped")
+    assert not [e for e in daemon.seen if e.get("level") in ("error", "critical")], daemon.raw
+    assert "Traceback" not in "".join(daemon.raw)
 
 
 def test_a_public_api_without_tokens_is_refused_at_start(workdir: Workdir) -> None:

@@ -26,14 +26,16 @@ def think(
     owner: OwnerOption = None,
 ) -> None:
     """Run one round now and record it."""
-    from backthink.host.fleet import open_app
+    from backthink.host.fleet import open_fleet
+    from backthink.host.witness import ask_daemon
 
     c = command_context(ctx, owner)
     settings = c.settings()
     owner_id = c.owner_id(settings)
 
     async def go() -> RoundRecord | dict[str, Any]:
-        async with open_app(settings, owner=owner_id) as a:
+        async with open_fleet(settings) as fleet:
+            a = await fleet.app(owner_id)
             if dry_run:
                 from backthink.model.body import request_body
 
@@ -42,6 +44,8 @@ def think(
                 return request_body(
                     settings.model, request.messages, tools=tools, channels=list(settings.channels)
                 )
+            # With the API on, only the running daemon knows whether a chat app watches.
+            await ask_daemon(fleet, a, owner_id)
             return await a.thinker.run_round(owner_id, trigger)
 
     result = run_sync(go())

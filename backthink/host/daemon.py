@@ -152,7 +152,9 @@ class Daemon:
         job = self._scheduler.get_job(f"heartbeat:{owner_id}") if self._scheduler else None
         at = job.next_run_time if job is not None else None
         app = self._fleet.cached(owner_id)
-        return LiveStatus(at, app.dispatcher.health() if app is not None else {})
+        audience = self._fleet.audience
+        watched = audience.present(owner_id, self._fleet.clock.now()) if audience else None
+        return LiveStatus(at, app.dispatcher.health() if app is not None else {}, watched)
 
     async def _job(self, owner_id: str, trigger: str) -> None:
         """A scheduled round; one that cannot start is logged and recorded, never dropped."""

@@ -272,8 +272,13 @@ async def open_fleet(settings: Settings, **overrides: object) -> AsyncIterator[F
 
     The config file's owners are written into the owner table first.
     `overrides` go to `build_app` for each owner's app (e.g. `clock=`).
+    With the API configured and no `audience` given, the fleet's audience is
+    one of a process that does not serve the API: it sees a client only when
+    the daemon vouches for one (`backthink.host.witness`).
     Everything opened here is closed when the block ends, in reverse order.
     """
+    if "audience" not in overrides and settings.api.listen:
+        overrides["audience"] = Audience(settings.api.seen_window, serves=False)
     async with AsyncExitStack() as stack:
         db = await stack.enter_async_context(open_database(settings.database))
         if "model" not in overrides:

@@ -15,19 +15,29 @@ class LiveStatus:
     next_heartbeat: datetime | None = None
     channels: dict[str, str] = field(default_factory=dict)
     """Each configured channel: "ok", or "down" while its circuit breaker holds."""
+    watched: bool | None = None
+    """Whether a client of the owner watches its session through the API (None: no API)."""
 
     def to_json(self) -> dict[str, Any]:
         """The object the daemon's socket answers with; times ISO 8601 in UTC."""
         at = self.next_heartbeat
-        return {
+        found: dict[str, Any] = {
             "next_heartbeat": at.astimezone(UTC).isoformat() if at is not None else None,
             "channels": dict(self.channels),
         }
+        if self.watched is not None:
+            found["watched"] = self.watched
+        return found
 
     @classmethod
     def from_json(cls, value: Mapping[str, Any]) -> LiveStatus:
         """Read the socket's answer, typed at the edge: anything unexpected is left out."""
-        return cls(_aware_time(value.get("next_heartbeat")), _health(value.get("channels")))
+        watched = value.get("watched")
+        return cls(
+            _aware_time(value.get("next_heartbeat")),
+            _health(value.get("channels")),
+            watched if isinstance(watched, bool) else None,
+        )
 
 
 Live = Callable[[str], LiveStatus]

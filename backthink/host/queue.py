@@ -39,6 +39,7 @@ from backthink.errors import BackthinkError, ConfigError, InputError
 from backthink.host.fleet import Fleet, open_fleet
 from backthink.host.poke import trigger_problem
 from backthink.host.schedule import next_heartbeat, phase
+from backthink.host.witness import ask_daemon
 from backthink.models import Owner, Trigger
 from backthink.records import RoundRecord
 from backthink.store.claims import Claim, OwnerClaims
@@ -221,6 +222,7 @@ class Queue:
                 await app.thinker.resume(owner_id=owner_id)
                 return await app.rounds.get(round_id)
             due = datetime.fromisoformat(scheduled_for) if scheduled_for else None
+            await ask_daemon(self.fleet, app, owner_id)
             return await app.thinker.run_round(
                 owner_id, trigger, round_id=round_id, scheduled_for=due
             )
