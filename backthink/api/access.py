@@ -59,6 +59,7 @@ class Access:
         return owner_id
 
     async def _resolve(self, request: Request) -> str:
+        """The owner of the request's token, or the default owner of an open loopback API."""
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         token = given.strip() if scheme.lower() == "bearer" else ""
         if token and len(token) <= TOKEN_CHARS:

@@ -130,6 +130,7 @@ class EventRoutes:
         return await self._session.last_push_id(owner_id) or 0
 
     async def _stream(self, owner_id: str, cursor: int) -> AsyncIterator[bytes]:
+        """The stream's lines: pushes after `cursor` as they come, keep-alives between."""
         clock = asyncio.get_running_loop().time
         with self._audience.listening(owner_id) as wake:
             self._open.add(wake)

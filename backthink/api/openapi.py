@@ -80,6 +80,7 @@ _MESSAGES = {
 
 
 def _json(schema: dict[str, Any]) -> dict[str, Any]:
+    """A JSON body of `schema`."""
     return {"content": {"application/json": {"schema": schema}}}
 
 
@@ -107,12 +108,14 @@ API_ERRORS = {
 
 
 def _errors(path: str, method: str) -> dict[str, Any]:
+    """The error answers of a route, in the API's or the relay's shape."""
     schema = "RelayError" if path in ("/v1/chat/completions", "/v1/models") else "Error"
     ref = {"$ref": f"#/components/schemas/{schema}"}
     return {str(s): {"description": _WORDS[s], **_json(ref)} for s in API_ERRORS[path, method]}
 
 
 def _ref(name: str) -> dict[str, str]:
+    """A reference to one of the document's schemas."""
     return {"$ref": f"#/components/schemas/{name}"}
 
 

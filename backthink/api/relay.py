@@ -100,6 +100,7 @@ class Relay:
         await self._client.aclose()
 
     def _upstream(self, path: str) -> str:
+        """The upstream's URL for `path`; a 503 when none is configured."""
         if self._base is None:
             raise Refusal(503, "no upstream: set relay.upstream or model.base_url")
         return f"{self._base}/{path}"
@@ -176,6 +177,7 @@ class Relay:
 
     @property
     def _too_large(self) -> str:
+        """What a client is told of an answer past the bound."""
         return f"the upstream's answer is larger than {self._max_answer} bytes"
 
     async def _read(self, answer: httpx2.Response) -> bytes:

@@ -42,6 +42,7 @@ def _guarded(handler: Handler, style: Style) -> Handler:
     """
 
     async def run(request: Request) -> Response:
+        """The answer, or the error the failure calls for."""
         try:
             response = await handler(request)
         except Refusal as refusal:
@@ -61,10 +62,12 @@ def _guarded(handler: Handler, style: Style) -> Handler:
 
 
 async def _openapi(request: Request) -> Response:
+    """GET /v1/openapi.json."""
     return JSONResponse(document())
 
 
 async def _unknown(request: Request) -> Response:
+    """Any other path under /v1/: a JSON 404."""
     return error_response(404, f"no endpoint {request.method} {request.url.path}", "api")
 
 

@@ -135,6 +135,7 @@ def _message(item: Any, where: str, owner_id: str, settings: Settings, now: date
 
 
 def _plain(message: Message) -> dict[str, Any]:
+    """A stored message as the API shows it."""
     return SessionEntry(message).to_json()
 
 

@@ -145,6 +145,7 @@ def plan(messages: Sequence[Any], session: Sequence[SessionEntry]) -> Turn:
 
 
 def _same(said_: Said, entry: SessionEntry) -> bool:
+    """Whether a session entry says what a request's message says."""
     return said_.same(entry.message.role, entry.message.text)
 
 
@@ -195,6 +196,7 @@ def _held(
 
 
 def _chat(entry: SessionEntry, role: str) -> bool:
+    """Whether an entry is a chat message (no push) of `role`."""
     return entry.message.origin == "chat" and entry.message.role == role
 
 

@@ -113,6 +113,7 @@ class StreamReader:
             self._pending.clear()
 
     def _line(self, line: bytes) -> None:
+        """Read one SSE line: a `data:` chunk's text, finish and usage; `[DONE]`."""
         if not line.startswith(b"data:"):
             return
         payload = line[5:].strip()
