@@ -117,7 +117,8 @@ def test_dry_run_calls_nothing(workdir: Workdir, fake: FakeOpenAI) -> None:
         "model: fake-model",
         "max_tokens: 400",
     ]
-    assert [line.split(":")[1].strip() for line in head[4:]] == [
+    assert head[4] == "tools: 4 offered in full, 888 of tools.max_chars = 2000 characters"
+    assert [line.split(":")[1].strip() for line in head[5:]] == [
         "memory_search",
         "remember",
         "capability_list",

@@ -220,6 +220,9 @@ class MemorySettings(_Section):
     # characters: a round's thought is cut past this before it is kept
     thought_chars: int = Field(default=400, ge=0, le=100_000)
 
+MIN_TOOLS_CHARS = 600
+"""The least `tools.max_chars`: room for tool_search itself and a short list of names."""
+
 _SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,23}")
 
 class McpServerSettings(_Section):
@@ -252,6 +255,9 @@ class ToolsSettings(_Section):
     timeout: Duration = timedelta(seconds=10)
     # characters of one tool result the model sees; the rest is cut out of its middle
     max_result_chars: int = Field(default=2_000, ge=100, le=100_000)
+    # characters of the tool definitions a round offers before the model asks for more
+    # (compact JSON, as sent); past it, tools wait behind tool_search
+    max_chars: int = Field(default=2_000, ge=MIN_TOOLS_CHARS, le=1_000_000)
     mcp: dict[str, McpServerSettings] = Field(default_factory=dict)
 
     @field_validator("mcp")

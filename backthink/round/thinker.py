@@ -42,6 +42,7 @@ from backthink.round.record import (
     round_record,
 )
 from backthink.round.request import Request, RequestBuilder
+from backthink.tools.budget import OfferedTools
 from backthink.tools.loop import Stop
 from backthink.tools.offer import ToolOffer
 
@@ -100,11 +101,21 @@ class Thinker:
         Raises:
             StoreError: whether the endpoint refused tools cannot be read.
         """
+        return (await self.tool_offer(owner_id)).definitions
+
+    async def tool_offer(self, owner_id: str) -> OfferedTools:
+        """What a round would offer now: definitions in full, and the tools behind the search.
+
+        Raises:
+            StoreError: whether the endpoint refused tools cannot be read.
+        """
+        max_chars = self._settings.tools.max_chars
         if not self._offer.enabled or await self._offer.refused():
-            return []
+            return OfferedTools(max_chars=max_chars)
         async with AsyncExitStack() as stack:
             box, _ = await self._offer.open(owner_id, "dry-run", stack)
-            return [spec.definition() for spec in box.specs]
+            definitions = [spec.definition() for spec in box.specs]
+            return OfferedTools(definitions, box.held, max_chars)
 
     async def run_round(
         self,
