@@ -199,8 +199,9 @@ def test_no_endpoint_says_what_is_missing(workdir: Workdir) -> None:
     assert "ok  database:" in check.stdout
 
 
-def test_check_passes_against_endpoint(workdir: Workdir) -> None:
-    """check validates config, prompts, database and endpoint."""
+def test_check_passes_against_endpoint(workdir: Workdir, fake: FakeOpenAI) -> None:
+    """check validates config, prompts, database, endpoint and its use of tools."""
+    fake.tools_mode = "call"
     out = workdir.cli("check").stdout
     assert [line.split(":")[0] for line in out.splitlines()] == [
         "ok  config",
@@ -208,6 +209,7 @@ def test_check_passes_against_endpoint(workdir: Workdir) -> None:
         "ok  channels",
         "ok  database",
         "ok  model",
+        "ok  tools",
     ]
 
 
