@@ -93,6 +93,7 @@ class Reason(StrEnum):
     QUIET_HOURS = "quiet_hours"
     NO_ROUTE = "no_route"
     DISABLED = "disabled"
+    UNCHANGED = "unchanged"
     # suppressed (the model answered; nothing is sent)
     NO_PUSH = "no_push"
     PARSE_FAILED = "parse_failed"

@@ -142,6 +142,10 @@ class ScheduleSettings(_Section):
     startup_greeting: bool = True
     startup_cooldown: Duration = timedelta(hours=1)
     cron: list[str] = Field(default_factory=list)
+    # A heartbeat that would ask the model what the last silent round asked is skipped
+    # (`skipped/unchanged`), until that round is older than `max_silence`.
+    skip_unchanged: bool = True
+    max_silence: Duration = timedelta(hours=4)
 
     @field_validator("cron")
     @classmethod
@@ -155,7 +159,7 @@ class ScheduleSettings(_Section):
                 raise ValueError(f"{expr!r} is not a crontab expression: {exc}") from None
         return value
 
-    @field_validator("heartbeat", "quiet_heartbeat")
+    @field_validator("heartbeat", "quiet_heartbeat", "max_silence")
     @classmethod
     def _positive(cls, value: timedelta) -> timedelta:
         if value <= timedelta(0):
