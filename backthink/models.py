@@ -94,6 +94,7 @@ class Reason(StrEnum):
     NO_ROUTE = "no_route"
     DISABLED = "disabled"
     NO_MODEL = "no_model"
+    UNCHANGED = "unchanged"
     # suppressed (the model answered; nothing is sent)
     NO_PUSH = "no_push"
     PARSE_FAILED = "parse_failed"

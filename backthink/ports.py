@@ -148,6 +148,10 @@ class RoundStore(Protocol):
         """Return an owner's rounds started in [start, end), oldest first (the page's day)."""
         ...
 
+    async def last_asked(self, owner_id: str, since: datetime) -> RoundRecord | None:
+        """The owner's newest round since `since` that called the model (it has a digest)."""
+        ...
+
     async def marked_at(self, owner_id: str, name: str) -> datetime | None:
         """When a named per-owner mark (e.g. the last startup greeting) was set, or None."""
         ...

@@ -89,6 +89,9 @@ class RoundRecord(_Frozen):
     notes: list[str] = Field(default_factory=list)
     tools: list[ToolUse] = Field(default_factory=list)
     recalled: list[MemoryRef] = Field(default_factory=list)
+    digest: str | None = None
+    """What the round's request said that can change between beats, hashed; set when it
+    called the model (a later heartbeat that would ask the same is skipped)."""
 
     @field_validator("trigger", "reason")
     @classmethod

@@ -129,6 +129,11 @@ class ToolCalls:
 
 ScriptItem = Reply | Fail | Malformed | EmptyChoices | NullContent | ToolCalls
 
+TOOLS_MODES = ("script", "ignore", "call")
+"""How the server treats a request's tools: as scripted; dropped, as llama.cpp's server
+does without a tool-call chat format (no reply ever calls a tool); or, when nothing
+is scripted, answered by a call of the first tool offered, with no arguments."""
+
 
 @dataclass(frozen=True)
 class RecordedRequest:
@@ -159,6 +164,7 @@ class _State:
     fail_retry_after_s: float | None = RETRY_NOW_S
     image_refusal: int | None = None
     schema_refusal: int | None = None
+    tools_mode: str = "script"
 
 
 def item_from_json(value: Any) -> ScriptItem:
@@ -240,6 +246,16 @@ def _has_image(body: dict[str, Any]) -> bool:
         ):
             return True
     return False
+
+
+def _tool_names(body: dict[str, Any]) -> list[str]:
+    """The names of the functions a chat request offers, in order."""
+    names = []
+    for tool in body.get("tools") or []:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(function, dict) and isinstance(function.get("name"), str):
+            names.append(function["name"])
+    return names
 
 
 def _retry_headers(retry_after_s: float | None) -> dict[str, str]:
@@ -356,6 +372,18 @@ class FakeOpenAI:
         with self._state.lock:
             self._state.schema_refusal = status
 
+    @property
+    def tools_mode(self) -> str:
+        """One of TOOLS_MODES; `script` until set, and again after `reset()`."""
+        return self._state.tools_mode
+
+    @tools_mode.setter
+    def tools_mode(self, mode: str) -> None:
+        if mode not in TOOLS_MODES:
+            raise ValueError(f"tools_mode must be one of {TOOLS_MODES}, not {mode!r}")
+        with self._state.lock:
+            self._state.tools_mode = mode
+
     def fail_next(
         self, count: int, status: int = 500, *, retry_after_s: float | None = RETRY_NOW_S
     ) -> None:
@@ -390,6 +418,7 @@ class FakeOpenAI:
             self._state.fail_count = 0
             self._state.image_refusal = None
             self._state.schema_refusal = None
+            self._state.tools_mode = "script"
             self._state.default_reply, self._state.models_endpoint = self._initial
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -520,11 +549,17 @@ class FakeOpenAI:
         ):
             return _error(schema_refusal, {}, SCHEMA_FORM_MESSAGE)
         with self._state.lock:
-            item: ScriptItem = (
-                self._state.queue.popleft()
-                if self._state.queue
-                else Reply(self._state.default_reply)
-            )
+            mode = self._state.tools_mode
+            offered = _tool_names(recorded.body) if mode != "ignore" else []
+            item: ScriptItem
+            if self._state.queue:
+                item = self._state.queue.popleft()
+            elif mode == "call" and offered:
+                item = ToolCalls(((offered[0], {}),))
+            else:
+                item = Reply(self._state.default_reply)
+            if mode == "ignore" and isinstance(item, ToolCalls):
+                item = Reply(item.text or self._state.default_reply, delay_s=item.delay_s)
         await self._pause(item.delay_s)
         if isinstance(item, Fail):
             return _error(item.status, _retry_headers(item.retry_after_s), item.message)
@@ -650,6 +685,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replies", type=Path, help="JSON Lines file of scripted items")
     parser.add_argument("--model", action="append", help="a model id /v1/models lists")
     parser.add_argument("--no-models", action="store_true", help="answer 404 on /v1/models")
+    parser.add_argument("--tools-mode", choices=TOOLS_MODES, default="script")
     args = parser.parse_args(argv)
 
     fake = FakeOpenAI(
@@ -658,6 +694,7 @@ def main(argv: list[str] | None = None) -> int:
         models_endpoint=not args.no_models,
         port=args.port,
     )
+    fake.tools_mode = args.tools_mode
     if args.replies is not None:
         fake.script(*load_replies(args.replies))
     stop = threading.Event()

@@ -39,6 +39,8 @@ def settings(**memory: object) -> Settings:
             "prompt": {"dir": str(PROMPTS)},
             "gate": {"default_channel": "web", "quiet_hours": "", "min_interval": "0s"},
             "memory": memory,
+            # Every heartbeat asks the model here; skipping unchanged ones is test_unchanged.py's.
+            "schedule": {"skip_unchanged": False},
         }
     )
 

@@ -34,6 +34,8 @@ def settings() -> Settings:
             "owner": {"id": "o", "timezone": "Asia/Shanghai"},
             "prompt": {"dir": str(PROMPTS)},
             "gate": {"quiet_hours": "", "activity_window": "10m"},
+            # Every heartbeat asks the model here; skipping unchanged ones is test_unchanged.py's.
+            "schedule": {"skip_unchanged": False},
         }
     )
 

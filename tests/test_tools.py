@@ -33,6 +33,8 @@ def settings(**tools: object) -> Settings:
             "prompt": {"dir": str(PROMPTS)},
             "gate": {"default_channel": "web", "quiet_hours": "", "min_interval": "0s"},
             "tools": tools,
+            # Every heartbeat asks the model here; skipping unchanged ones is test_unchanged.py's.
+            "schedule": {"skip_unchanged": False},
         }
     )
 

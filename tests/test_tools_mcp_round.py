@@ -25,6 +25,7 @@ def calendar_config(extra: str = "") -> str:
     return f"""
 [tools]
 timeout = "20s"
+max_chars = 20000  # every calendar tool up front: these rounds are about MCP, not the budget
 
 [tools.mcp.cal]
 command = {command}

@@ -48,6 +48,8 @@ def settings(**web: object) -> Settings:
             "gate": {"quiet_hours": "23:00-07:00", "min_interval": "0s"},
             "channels": {"web": {"type": "web"}, "phone": {"type": "webhook", "url": HERE}},
             "web": {"listen": "127.0.0.1:8765", **web},
+            # Every heartbeat asks the model here; skipping unchanged ones is test_unchanged.py's.
+            "schedule": {"skip_unchanged": False},
         }
     )
 

@@ -224,6 +224,7 @@ def build_app(
         clock=clock,
         memories=memories,
         pauses=pauses,
+        rounds=rounds,
         offer=ToolOffer(
             settings,
             clock=clock,

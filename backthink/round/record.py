@@ -43,6 +43,8 @@ class Ending:
     notes: tuple[str, ...] = ()
     tools: tuple[ToolUse, ...] = ()
     recalled: tuple[MemoryRef, ...] = ()
+    digest: str | None = None
+    """What the request said, hashed; set once the round calls the model."""
 
     def ended(self, outcome: Outcome, reason: str, *, note: str | None = None) -> Ending:
         """This round's knowledge, ending as `outcome`/`reason`, with one more note if given."""
@@ -84,6 +86,7 @@ def round_record(start: RoundStart, ending: Ending, *, finished: datetime) -> Ro
         notes=list(ending.notes),
         tools=list(ending.tools),
         recalled=list(ending.recalled),
+        digest=ending.digest,
     )
 
 

@@ -38,6 +38,8 @@ class Request:
     """The thoughts and recalled items read for the round."""
     recalled: list[MemoryRef] = field(default_factory=list)
     """Which of them the instruction prompt shows, within its budget."""
+    window: list[Message] = field(default_factory=list)
+    """The history as it was read, before any cut: what recall is queried by."""
 
     @property
     def prompt(self) -> str:
@@ -158,4 +160,5 @@ class RequestBuilder:
             trigger=trigger,
             memory=memory,
             recalled=shown.shown,
+            window=list(recent),
         )

@@ -28,7 +28,7 @@ from backthink.delivery.dispatcher import Dispatcher, Handoff
 from backthink.errors import StoreError
 from backthink.memory.recollect import keep_thought, recollect
 from backthink.models import Outcome, Reason
-from backthink.ports import Clock, MemoryStore, MessageStore, ModelClient
+from backthink.ports import Clock, MemoryStore, MessageStore, ModelClient, RoundStore
 from backthink.records import RoundRecord, ToolUse
 from backthink.round.ask import ask
 from backthink.round.history import gate_history, latest_credible, owner_spoke
@@ -42,6 +42,13 @@ from backthink.round.record import (
     round_record,
 )
 from backthink.round.request import Request, RequestBuilder
+from backthink.round.unchanged import (
+    asks_every_time,
+    beat_digest,
+    next_beat_digest,
+    same_silent_round,
+)
+from backthink.tools.budget import OfferedTools
 from backthink.tools.loop import Stop
 from backthink.tools.offer import ToolOffer
 
@@ -64,6 +71,7 @@ class Thinker:
         offer: ToolOffer,
         memories: MemoryStore | None = None,
         pauses: Pauses | None = None,
+        rounds: RoundStore | None = None,
         model_missing_hint: str = "no model endpoint configured",
     ) -> None:
         self._settings = settings
@@ -77,6 +85,8 @@ class Thinker:
         self._offer = offer
         self._model_missing_hint = model_missing_hint
         self._pauses = pauses
+        self._rounds = rounds
+        """The round log unchanged heartbeats are judged by; None: every heartbeat asks."""
         self._in_flight: set[str] = set()
 
     def connected(self) -> list[str]:
@@ -100,11 +110,21 @@ class Thinker:
         Raises:
             StoreError: whether the endpoint refused tools cannot be read.
         """
+        return (await self.tool_offer(owner_id)).definitions
+
+    async def tool_offer(self, owner_id: str) -> OfferedTools:
+        """What a round would offer now: definitions in full, and the tools behind the search.
+
+        Raises:
+            StoreError: whether the endpoint refused tools cannot be read.
+        """
+        max_chars = self._settings.tools.max_chars
         if not self._offer.enabled or await self._offer.refused():
-            return []
+            return OfferedTools(max_chars=max_chars)
         async with AsyncExitStack() as stack:
             box, _ = await self._offer.open(owner_id, "dry-run", stack)
-            return [spec.definition() for spec in box.specs]
+            definitions = [spec.definition() for spec in box.specs]
+            return OfferedTools(definitions, box.held, max_chars)
 
     async def run_round(
         self,
@@ -160,6 +180,8 @@ class Thinker:
             request, last_owner_at = prepared
             sofar = replace(sofar, recalled=tuple(request.recalled), notes=tuple(request.notes))
             assert self._model is not None  # the pre-gate skips a round without one
+            # From here on the round calls the model: its record keeps what it asked.
+            sofar = replace(sofar, digest=self._digest(start, request))
             asked = await ask(
                 self._model,
                 request,
@@ -201,6 +223,8 @@ class Thinker:
             decision = reject_prompt_echo(decision, request.prompt)
             sofar = replace(sofar, decision=decision, notes=(*sofar.notes, *decision.problems))
             reason = suppression_reason(decision)
+            if reason is Reason.NO_PUSH and not asks_every_time(start.trigger):
+                sofar = replace(sofar, digest=await self._silent_digest(start, request))
             if reason is not None:
                 return sofar.ended(Outcome.SUPPRESSED, reason)
             try:
@@ -286,7 +310,48 @@ class Thinker:
             return Ending(skip.outcome, skip.reason)
         memory = await recollect(self._memories, self._settings.memory, start.owner_id, view.recent)
         request = self._requests.build(view.recent, start.trigger, start.started, memory=memory)
+        unchanged = await self._skip_unchanged(start, request)
+        if unchanged is not None:
+            return unchanged
         return request, last_owner_at
+
+    def _digest(self, start: RoundStart, request: Request) -> str:
+        return beat_digest(request, at=start.started, tz=self._settings.owner.tz)
+
+    async def _silent_digest(self, start: RoundStart, request: Request) -> str:
+        """What the next heartbeat will ask if nothing happens but this silent round."""
+        return await next_beat_digest(
+            request,
+            builder=self._requests,
+            memories=self._memories,
+            settings=self._settings,
+            owner_id=start.owner_id,
+            at=start.started,
+        )
+
+    async def _skip_unchanged(self, start: RoundStart, request: Request) -> Ending | None:
+        """`skipped/unchanged` for a heartbeat that would ask what the last silent round asked.
+
+        Raises:
+            StoreError: the round log cannot be read.
+        """
+        schedule = self._settings.schedule
+        if self._rounds is None or not schedule.skip_unchanged or asks_every_time(start.trigger):
+            return None
+        same = await same_silent_round(
+            self._rounds,
+            start.owner_id,
+            self._digest(start, request),
+            at=start.started,
+            max_silence=schedule.max_silence,
+        )
+        if same is None:
+            return None
+        return Ending(
+            Outcome.SKIPPED,
+            Reason.UNCHANGED,
+            notes=(f"nothing new since round {same.id[:12]}, which stayed silent",),
+        )
 
     async def _verdict(
         self, start: RoundStart, request: Request, sofar: Ending, at: datetime

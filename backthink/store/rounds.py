@@ -110,6 +110,26 @@ class SqlRoundStore:
             rows = await self._db.read(lambda c: c.execute(query).mappings().all())
             return [_to_record(row) for row in rows]
 
+    async def last_asked(self, owner_id: str, since: datetime) -> RoundRecord | None:
+        """The owner's newest round started at or after `since` that called the model, or None.
+
+        A round that called the model carries its digest; the walk back is one
+        range of `ix_round_owner_started`, bounded by `since`.
+        """
+        query = (
+            select(RoundRow)
+            .where(
+                col(RoundRow.owner_id) == owner_id,
+                col(RoundRow.started_at) >= since.astimezone(UTC),
+                col(RoundRow.digest).is_not(None),
+            )
+            .order_by(col(RoundRow.started_at).desc(), col(RoundRow.id).desc())
+            .limit(1)
+        )
+        with store_errors("could not read rounds"):
+            row = await self._db.read(lambda c: c.execute(query).mappings().first())
+            return None if row is None else _to_record(row)
+
     async def marked_at(self, owner_id: str, name: str) -> datetime | None:
         """When the named mark was last set for this owner, or None."""
         query = select(MarkRow.at).where(

@@ -109,7 +109,8 @@ class RoundRow(_Table, table=True):
     """The audit record of one round.
 
     `notes` is a JSON list of strings, `tools` of calls, `recalled` of the
-    `{kind, id}` of the memories and messages its prompt showed.
+    `{kind, id}` of the memories and messages its prompt showed. `digest` is
+    set on rounds that called the model (see `backthink.round.unchanged`).
     """
 
     __tablename__ = "round"
@@ -135,6 +136,8 @@ class RoundRow(_Table, table=True):
     notes: str = Field(default="[]", sa_type=Text)
     tools: str = Field(default="[]", sa_type=Text, sa_column_kwargs={"server_default": "[]"})
     recalled: str = Field(default="[]", sa_type=Text, sa_column_kwargs={"server_default": "[]"})
+    # The digest of what the request said, on rounds that called the model.
+    digest: str | None = Field(default=None, sa_type=String)
 
 
 class DeliveryRow(_Table, table=True):

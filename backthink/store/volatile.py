@@ -229,6 +229,15 @@ class MemoryRoundStore:
         found.sort(key=lambda record: (record.started_at, record.id))
         return found[:limit]
 
+    async def last_asked(self, owner_id: str, since: datetime) -> RoundRecord | None:
+        """The owner's newest round started at or after `since` that called the model, or None."""
+        found = [
+            r
+            for r in self._rounds.values()
+            if r.owner_id == owner_id and r.started_at >= since and r.digest is not None
+        ]
+        return max(found, key=lambda record: (record.started_at, record.id), default=None)
+
 
 class MemoryOutbox:
     """An outbox in a dict, writing back into a MemoryMessageStore atomically."""

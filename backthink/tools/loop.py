@@ -64,7 +64,6 @@ async def run_tool_loop(
         ToolsRefusedError: the endpoint refused the tool definitions (on the first turn).
     """
     conversation = list(messages)
-    definitions = [spec.definition() for spec in box.specs]
     uses: list[ToolUse] = []
     results: list[str] = []
     steps = calls = 0
@@ -72,7 +71,9 @@ async def run_tool_loop(
     latency = 0.0
     counted = False
     while True:
-        offer = definitions if steps < max_steps and calls < max_calls else []
+        # Asked each step: a search may have brought more tools into the offer.
+        within = steps < max_steps and calls < max_calls
+        offer = [spec.definition() for spec in box.specs] if within else []
         try:
             reply = await model.complete(conversation, tools=offer)
         except ToolsRefusedError:

@@ -16,6 +16,7 @@ from pathlib import Path
 from backthink.config import Settings
 from backthink.ports import Clock, MemoryStore, RoundStore
 from backthink.tools import Tool, ToolBox
+from backthink.tools.budget import budget_box
 from backthink.tools.builtin import RoundContext, builtin_tools
 
 # An endpoint that refused tool definitions gets plain rounds this long, then is asked again.
@@ -120,7 +121,10 @@ class ToolOffer:
             )
             tools += served
         names.extend(tool.spec.name for tool in tools)
-        box = ToolBox(
-            tools, timeout_s=t.timeout.total_seconds(), max_result_chars=t.max_result_chars
+        box = budget_box(
+            tools,
+            max_chars=t.max_chars,
+            timeout_s=t.timeout.total_seconds(),
+            max_result_chars=t.max_result_chars,
         )
         return box, list(problems)
