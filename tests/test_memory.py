@@ -460,15 +460,24 @@ async def test_upgrading_to_memory_keeps_rows_and_indexes_old_messages(tmp_path:
 # The pure term logic.
 
 
-def test_terms_are_cjk_trigrams_and_long_latin_words() -> None:
-    """CJK runs give 3-grams; latin words of four or more letters give themselves, lowercased."""
+def test_terms_are_cjk_trigrams_and_latin_stems() -> None:
+    """CJK runs give 3-grams; latin words of three letters or more their stems, lowercased."""
     assert recall.terms_of("钢琴比赛 Piano day, c++ 2026 好的") == [
         "钢琴比",
         "琴比赛",
         "piano",
+        "day",
         "2026",
     ]
     assert recall.terms_of("don't a-b AND 好的 OR") == []
+    assert recall.terms_of("Painting, painted and paints; hiking") == ["paint", "hik"]
+
+
+def test_a_stem_matches_at_a_word_start_only() -> None:
+    """A latin term is found where a word begins with it, in any of its forms."""
+    assert recall.contains("We went HIKING yesterday", "hik")
+    assert not recall.contains("the chiking place", "hik")
+    assert recall.contains("钢琴比赛好玩", "琴比赛")
 
 
 def test_a_term_is_quoted_as_one_string() -> None:
@@ -504,9 +513,10 @@ def test_a_term_only_the_window_holds_weighs_nothing() -> None:
 
 
 def test_recency_weighs_newer_messages_more() -> None:
-    """A term of the newest message weighs 1.0, one a message older 0.85."""
+    """A term of the newest message weighs 1.0, one a message older RECENCY_DECAY."""
     window = [msg("钢琴比赛"), msg("piano")]
-    assert recall.recency(window) == {"piano": 1.0, "钢琴比": 0.85, "琴比赛": 0.85}
+    older = recall.RECENCY_DECAY
+    assert recall.recency(window) == {"piano": 1.0, "钢琴比": older, "琴比赛": older}
 
 
 def test_a_bad_memory_is_refused_by_the_model() -> None:

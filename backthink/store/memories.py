@@ -518,7 +518,14 @@ class SqlMemoryStore:
                 recall.Candidate("message", i, body, at, role=role, origin=origin)
                 for i, body, at, role, origin in rows
             ]
-        items = recall.select(found, queried, window, limit=limit, max_chars=max_chars)
+        items = recall.select(
+            found,
+            queried,
+            window,
+            limit=limit,
+            max_chars=max_chars,
+            specific=recall.rare(df, documents),
+        )
         texts = {(c.kind, c.id): c.text for c in found}
         return _Result(
             tuple(items),

@@ -412,10 +412,8 @@ class MemoryMemoryStore:
         ]
         window_ids = set(ids)
         older = [m for m in every_message if m.id not in window_ids]
-        df_memory = {
-            t: sum(recall.contains(m.text, t) for m in self._rows.values()) for t in recent
-        }
-        df_message = {t: sum(recall.contains(m.text, t) for m in older) for t in recent}
+        df_memory = {t: sum(recall.indexed(m.text, t) for m in self._rows.values()) for t in recent}
+        df_message = {t: sum(recall.indexed(m.text, t) for m in older) for t in recent}
         df = {t: df_memory[t] + df_message[t] for t in recent}
         documents = self._max_id + (self._messages._max_id if self._messages else 0) - len(window)
         weighed = recall.weigh(recent, df, documents)
@@ -441,7 +439,14 @@ class MemoryMemoryStore:
             and (m.id or 0) < before
             and any(recall.contains(m.text, t) for t in weights)
         ]
-        return recall.select(found, weights, window, limit=limit, max_chars=max_chars)
+        return recall.select(
+            found,
+            weights,
+            window,
+            limit=limit,
+            max_chars=max_chars,
+            specific=recall.rare(df, documents),
+        )
 
 
 class MemoryOwnerStore:

@@ -236,4 +236,12 @@ class PgRecall:
                 recall.Candidate("message", i, body, at, role=role, origin=origin)
                 for i, body, at, role, origin in conn.execute(_query(sql), params)
             ]
-        return recall.select(found, queried, window, limit=limit, max_chars=max_chars)
+        documents = max(top["memory"] + below, 1)
+        return recall.select(
+            found,
+            queried,
+            window,
+            limit=limit,
+            max_chars=max_chars,
+            specific=recall.rare(df, documents),
+        )
