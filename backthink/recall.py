@@ -54,7 +54,7 @@ TERMS = 8
 """How many terms a recall queries with; each costs about 0.1 ms per index."""
 DF_CAP = 1000
 """Terms in more documents than this match too much to tell anything apart (and cost most)."""
-DF_SHARE = 10
+DF_SHARE = 100
 """Nor does a term in more than one document in this many, in a history of any size..."""
 DF_FLOOR = 20
 """...unless it is in this many documents or fewer: a young history's names are not common."""
@@ -224,27 +224,58 @@ def df_cap(documents: int) -> int:
     return min(DF_CAP, max(DF_FLOOR, documents // DF_SHARE))
 
 
-def weigh(recent: Mapping[str, float], df: Mapping[str, int], documents: int) -> dict[str, float]:
+def weigh(
+    recent: Mapping[str, float],
+    df: Mapping[str, int],
+    documents: int,
+    window: Sequence[Message] = (),
+) -> dict[str, float]:
     """Weights of the usable terms, best first: recency times log(N / df).
 
     A term with no document outside the window (df 0), or in more than
     `df_cap` (one in `DF_SHARE`, at most `DF_CAP`), is left out. Besides
     telling nothing apart, such a term would make the query rank every row
-    it is in.
+    it is in. So is a CJK 3-gram that stock phrases make up where they meet
+    in a window message (`stock_joints`): however they are cut, stock phrases
+    weigh nothing.
 
     Args:
         recent: each window term's recency weight.
         df: each term's document count outside the window.
         documents: how many documents there are (N), about.
+        window: the window the terms come from (for the joints of stock phrases).
     """
     weights: dict[str, float] = {}
     cap = df_cap(documents)
+    joints = stock_joints(window, df, cap) if window else frozenset()
     for term, fresh in recent.items():
         count = df.get(term, 0)
-        if 0 < count <= cap:
+        if 0 < count <= cap and term not in joints:
             weights[term] = fresh * math.log((documents + 1) / count)
     ranked = sorted(weights.items(), key=lambda item: (-item[1], item[0]))
     return {term: weight for term, weight in ranked if weight > 0}
+
+
+def stock_joints(window: Sequence[Message], df: Mapping[str, int], cap: int) -> frozenset[str]:
+    """CJK 3-grams of the window lying mostly inside stock phrases, wherever it holds them.
+
+    A 3-gram in more than `cap` documents is stock. Two stock phrases side by
+    side (就这些啦 then 哈哈) give 3-grams across their joint (些啦哈) that are
+    rarer than either phrase; one with two of its three characters inside
+    stock 3-grams is taken for such a joint.
+    """
+    joints: set[str] = set()
+    clean: set[str] = set()
+    for message in list(window)[-WINDOW_MESSAGES:]:
+        for run in _CJK_RUN.findall(message.text):
+            covered = [False] * len(run)
+            for i in range(len(run) - 2):
+                if df.get(run[i : i + 3], 0) > cap:
+                    covered[i] = covered[i + 1] = covered[i + 2] = True
+            for i in range(len(run) - 2):
+                gram = run[i : i + 3]
+                (joints if sum(covered[i : i + 3]) >= 2 else clean).add(gram)
+    return frozenset(joints - clean)
 
 
 def best(weights: Mapping[str, float], df: Mapping[str, int], k: int = TERMS) -> list[str]:

@@ -482,7 +482,7 @@ class SqlMemoryStore:
         }
         df = {t: df_memory[t] + df_message[t] for t in recent}
         documents = max(cursors["memory"] + _below(cursors["message"], before), 1)
-        weights = recall.weigh(recent, df, documents)
+        weights = recall.weigh(recent, df, documents, window)
         memory_terms = recall.best(weights, df_memory)
         message_terms = recall.best(weights, df_message) if before is not None else []
         queried = {t: weights[t] for t in weights if t in memory_terms or t in message_terms}

@@ -416,7 +416,7 @@ class MemoryMemoryStore:
         df_message = {t: sum(recall.indexed(m.text, t) for m in older) for t in recent}
         df = {t: df_memory[t] + df_message[t] for t in recent}
         documents = self._max_id + (self._messages._max_id if self._messages else 0) - len(window)
-        weighed = recall.weigh(recent, df, documents)
+        weighed = recall.weigh(recent, df, documents, window)
         # As the SQL store does: each side queried by its own best terms.
         chosen = set(recall.best(weighed, df_memory)) | set(recall.best(weighed, df_message))
         weights = {t: w for t, w in weighed.items() if t in chosen}

@@ -205,7 +205,7 @@ class PgRecall:
         }
         df = {t: df_memory[t] + df_message[t] for t in recent}
         below = top["message"] if before is None else min(top["message"], before - 1)
-        weights = recall.weigh(recent, df, max(top["memory"] + below, 1))
+        weights = recall.weigh(recent, df, max(top["memory"] + below, 1), window)
         memory_terms = recall.best(weights, df_memory)
         message_terms = recall.best(weights, df_message) if before is not None else []
         queried = {t: weights[t] for t in weights if t in memory_terms or t in message_terms}
