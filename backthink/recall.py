@@ -3,26 +3,31 @@
 Recall queries the full-text indexes with terms of the recent window and
 keeps only strong, new matches:
 
-1. Terms come from the newest `WINDOW_MESSAGES` messages: every three
+1. Terms come from the newest `WINDOW_MESSAGES` messages: every two
    consecutive CJK characters, and the stem of every latin word (letters and
    digits) of at least `MIN_WORD_CHARS` that is no function word
    (`STOPWORDS`: pronouns, auxiliaries, question words, month and day names).
    A stem is the word less a common ending (`stem`: painting, painted and
    paints give paint) and matches where a word of the text begins with it.
-   The trigram index cannot match anything shorter than three characters,
-   and raw text is never handed to MATCH: each term is quoted.
+   The words index (`index_text`, see `backthink.store.fulltext`) holds
+   exactly these: latin words, matched by prefix, and CJK 2-grams, so a
+   two-character Chinese word (胃镜) is found as readily as a name. Raw text
+   is never handed to MATCH: each term is quoted.
 2. A term weighs its recency (`RECENCY_DECAY` per message of age: the
    newest message weighs most by far) times its rarity, log(N / df),
    counted over what lies outside the window: a term only the window holds
    has df 0 and is dropped, as is one in more than one document in
    `DF_SHARE` (`df_cap`): a stock phrase the owner says all the time, or a
-   word so common it tells nothing apart. Each index is queried with the
+   word so common it tells nothing apart. Neither counts a CJK 2-gram that
+   two stock phrases make where they meet (`stock_joints`: 啦哈 of
+   就这些啦哈哈). Each index is queried with the
    best `TERMS` of the terms it holds (`best`), for the `CANDIDATES` best
    rows by bm25.
 3. Candidates are scored by the summed weights of the queried terms their
    current text holds, divided by their length as BM25 does (`LENGTH_NORM`),
-   and gated: a row needs two matched terms of one window message, or one
-   latin word that is rare (`rare`) or long (`LONG_WORD_CHARS`). Otherwise
+   and gated: a row needs two matched terms of one window message (CJK
+   2-grams that are no one 3-character string), or one latin word that is
+   rare (`rare`) or long (`LONG_WORD_CHARS`). Otherwise
    top-k would always return something, however unrelated. The re-check
    against the text also drops a row whose index entries are stale (edited
    since it was indexed).
@@ -84,6 +89,8 @@ MEMO_TEXTS = 4096
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _CJK_RUN = re.compile(f"[{_CJK}]+")
 _WORD = re.compile(f"[^\\W_{_CJK}]+")
+_TOKEN = re.compile(f"[{_CJK}]+|[^\\W_{_CJK}]+")
+_WORD_CHAR = re.compile(f"[^\\W_{_CJK}]")
 
 STOPWORDS = frozenset(
     """
@@ -140,8 +147,8 @@ def terms_of(text: str) -> list[str]:
 def _terms(text: str) -> tuple[str, ...]:
     found: dict[str, None] = {}
     for run in _CJK_RUN.findall(text):
-        for i in range(len(run) - 2):
-            found[run[i : i + 3]] = None
+        for i in range(len(run) - 1):
+            found[run[i : i + 2]] = None
     for word in _WORD.findall(text):
         low = word.lower()
         if len(low) >= MIN_WORD_CHARS and low not in STOPWORDS:
@@ -150,8 +157,24 @@ def _terms(text: str) -> tuple[str, ...]:
 
 
 def is_word(term: str) -> bool:
-    """Whether a term is a latin word (not a CJK 3-gram)."""
+    """Whether a term is a latin word (not a CJK 2-gram)."""
     return _CJK_RUN.search(term) is None
+
+
+def index_text(text: str) -> str:
+    """What the words index holds of a text: its latin words, and its CJK runs as 2-grams.
+
+    Tokens are separated by spaces, so the index's own tokenizer (unicode61,
+    which folds case) reads each as one: a CJK 2-gram is matched whole, a
+    latin stem as the prefix of a word.
+    """
+    tokens: list[str] = []
+    for run in _TOKEN.findall(text):
+        if _CJK_RUN.match(run):
+            tokens += [run[i : i + 2] for i in range(len(run) - 1)]
+        else:
+            tokens.append(run)
+    return " ".join(tokens)
 
 
 def trigrams(term: str) -> list[str]:
@@ -171,6 +194,16 @@ def quote(term: str) -> str:
 def match_query(terms: Iterable[str]) -> str:
     """An FTS5 MATCH expression that matches any of the terms."""
     return " OR ".join(quote(term) for term in terms)
+
+
+def words_query(terms: Iterable[str]) -> str:
+    """A MATCH expression for the words index: a CJK 2-gram whole, a latin stem as a prefix."""
+    return " OR ".join(term_query(term) for term in terms)
+
+
+def term_query(term: str) -> str:
+    """One term's MATCH expression on the words index (see `words_query`)."""
+    return quote(term) + ("*" if is_word(term) else "")
 
 
 def recency(window: Sequence[Message]) -> dict[str, float]:
@@ -198,8 +231,8 @@ def inside(texts: Iterable[str], terms: Collection[str]) -> Counter[str]:
 
 
 def indexed(text: str, term: str) -> bool:
-    """Whether the index finds a term in a text (anywhere: it counts documents so)."""
-    return term in text.lower()
+    """Whether the words index finds a term in a text: as `contains` (it counts documents so)."""
+    return contains(text, term)
 
 
 def contains(text: str, term: str) -> bool:
@@ -213,7 +246,7 @@ def holds(low: str, term: str) -> bool:
     if at < 0 or not is_word(term):
         return at >= 0
     while at >= 0:
-        if at == 0 or not low[at - 1].isalnum():
+        if at == 0 or not _WORD_CHAR.match(low[at - 1]):
             return True
         at = low.find(term, at + 1)
     return False
@@ -235,7 +268,7 @@ def weigh(
     A term with no document outside the window (df 0), or in more than
     `df_cap` (one in `DF_SHARE`, at most `DF_CAP`), is left out. Besides
     telling nothing apart, such a term would make the query rank every row
-    it is in. So is a CJK 3-gram that stock phrases make up where they meet
+    it is in. So is a CJK 2-gram that stock phrases make up where they meet
     in a window message (`stock_joints`): however they are cut, stock phrases
     weigh nothing.
 
@@ -257,24 +290,23 @@ def weigh(
 
 
 def stock_joints(window: Sequence[Message], df: Mapping[str, int], cap: int) -> frozenset[str]:
-    """CJK 3-grams of the window lying mostly inside stock phrases, wherever it holds them.
+    """CJK 2-grams of the window lying inside stock phrases, wherever the window holds them.
 
-    A 3-gram in more than `cap` documents is stock. Two stock phrases side by
-    side (就这些啦 then 哈哈) give 3-grams across their joint (些啦哈) that are
-    rarer than either phrase; one with two of its three characters inside
-    stock 3-grams is taken for such a joint.
+    A 2-gram in more than `cap` documents is stock. Two stock phrases side by
+    side (就这些啦 then 哈哈) give 2-grams across their joint (啦哈) that are
+    rarer than either phrase; one whose two characters both lie inside stock
+    2-grams is taken for such a joint.
     """
     joints: set[str] = set()
     clean: set[str] = set()
     for message in list(window)[-WINDOW_MESSAGES:]:
         for run in _CJK_RUN.findall(message.text):
             covered = [False] * len(run)
-            for i in range(len(run) - 2):
-                if df.get(run[i : i + 3], 0) > cap:
-                    covered[i] = covered[i + 1] = covered[i + 2] = True
-            for i in range(len(run) - 2):
-                gram = run[i : i + 3]
-                (joints if sum(covered[i : i + 3]) >= 2 else clean).add(gram)
+            for i in range(len(run) - 1):
+                if df.get(run[i : i + 2], 0) > cap:
+                    covered[i] = covered[i + 1] = True
+            for i in range(len(run) - 1):
+                (joints if covered[i] and covered[i + 1] else clean).add(run[i : i + 2])
     return frozenset(joints - clean)
 
 
@@ -305,12 +337,19 @@ def rare(df: Mapping[str, int], documents: int) -> frozenset[str]:
 
 
 def strong(matched: Sequence[str], specific: Collection[str] = ()) -> bool:
-    """The gate: two matched terms, or one rare term, or one long latin word."""
-    return (
-        len(matched) >= 2
-        or any(t in specific for t in matched)
-        or any(is_word(t) and len(t) >= LONG_WORD_CHARS for t in matched)
-    )
+    """The gate: two matched terms, or one rare or long latin word.
+
+    CJK 2-grams count as two terms only when they are no one 3-character
+    string (下周 and 周六 are 下周六, one word or two short ones): two apart
+    or three.
+    """
+    words = [t for t in matched if is_word(t)]
+    grams = [t for t in matched if not is_word(t)]
+    if any(t in specific or len(t) >= LONG_WORD_CHARS for t in words):
+        return True
+    if len(words) >= 2 or (words and grams) or len(grams) >= 3:
+        return True
+    return len(grams) == 2 and not set(grams[0]) & set(grams[1])
 
 
 @lru_cache(maxsize=MEMO_TEXTS)

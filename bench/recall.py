@@ -49,6 +49,8 @@ from common import (
     write_figures,
 )
 
+from backthink.recall import index_text
+
 GROUP = "recall"
 SIZES = ((1_000, 1_000), (1_000_000, 100_000))  # (messages, memories) of one owner
 QUICK_SIZES = ((1_000, 1_000), (100_000, 10_000))
@@ -175,15 +177,25 @@ def _fill_memories(conn: sqlite3.Connection, count: int) -> None:
         ),
     )
     conn.execute("INSERT INTO memory_fts(memory_fts) VALUES ('rebuild')")
+    conn.execute("INSERT INTO memory_words(memory_words) VALUES ('delete-all')")
+    conn.executemany(
+        "INSERT INTO memory_words(rowid, text) VALUES (?, ?)",
+        [(i, index_text(t)) for i, t in conn.execute("SELECT id, text FROM memory")],
+    )
 
 
 def _replace(conn: sqlite3.Connection, table: str, row_id: int, text: str) -> None:
     """Give one indexed row another text, its index entries with it."""
-    fts = f"{table}_fts"
+    fts, words = f"{table}_fts", f"{table}_words"
     (old,) = conn.execute(f"SELECT text FROM {table} WHERE id = ?", (row_id,)).fetchone()
     conn.execute(f"INSERT INTO {fts}({fts}, rowid, text) VALUES ('delete', ?, ?)", (row_id, old))
+    conn.execute(
+        f"INSERT INTO {words}({words}, rowid, text) VALUES ('delete', ?, ?)",
+        (row_id, index_text(old)),
+    )
     conn.execute(f"UPDATE {table} SET text = ? WHERE id = ?", (text, row_id))
     conn.execute(f"INSERT INTO {fts}(rowid, text) VALUES (?, ?)", (row_id, text))
+    conn.execute(f"INSERT INTO {words}(rowid, text) VALUES (?, ?)", (row_id, index_text(text)))
 
 
 def _plant(db: Path, max_id: int, memories: int) -> Planted:

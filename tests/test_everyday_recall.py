@@ -100,18 +100,16 @@ async def measure(stores: Stores, language: everyday.Language, seed: int) -> Fig
 async def test_facts_come_back_and_filler_seldom_does(
     stores: Stores, language: everyday.Language, seed: int
 ) -> None:
-    """Most English facts come back, and filler in few windows.
+    """Most facts come back, and filler in few windows.
 
-    Chinese facts come back only where the mention shares three characters or
-    more with the fact (a name, a place): a shared two-character word (胃镜)
-    is below what the trigram index matches. Everyday Chinese lines share
-    such 3-grams with each other, so filler comes back in most windows there.
+    A mention that shares only one two-character word with its fact (胃镜),
+    or only a common word, is too weak a match to recall it, so some facts
+    stay away; everyday lines sharing a real word with the window sometimes
+    come back.
     """
     got = await measure(stores, language, seed)
-    if language == "en":
-        assert got.recalled >= 11 and got.windows_with_filler <= 12, got
-    else:
-        assert got.recalled >= 1, got
+    assert got.recalled >= (11 if language == "en" else 5), got
+    assert got.windows_with_filler <= 12, got
 
 
 def test_stock_phrases_are_too_common_to_weigh() -> None:
@@ -138,20 +136,7 @@ def _stock_only(language: everyday.Language, seed: int) -> list[everyday.Line]:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-@pytest.mark.parametrize(
-    "language",
-    [
-        pytest.param(
-            "zh",
-            marks=pytest.mark.xfail(
-                reason="two-character stock phrases (好吧) joined to others make 3-grams"
-                " the trigram counts cannot tell from content",
-                strict=False,
-            ),
-        ),
-        "en",
-    ],
-)
+@pytest.mark.parametrize("language", ["zh", "en"])
 async def test_a_window_of_stock_phrases_recalls_nothing(
     stores: Stores, language: everyday.Language, seed: int
 ) -> None:

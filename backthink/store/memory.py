@@ -320,7 +320,7 @@ class MemoryOutbox:
 
 
 class MemoryMemoryStore:
-    """A MemoryStore in a dict; search and recall scan, as the trigram index would match.
+    """A MemoryStore in a dict; search and recall scan, as the indexes would match.
 
     Recall reads older messages from `messages`, the in-memory message store
     of the same app (None: memories only).
