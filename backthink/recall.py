@@ -51,7 +51,7 @@ from typing import Literal
 
 from backthink.models import MemoryKind, Message, Origin, Recalled
 
-WINDOW_MESSAGES = 8
+WINDOW_MESSAGES = 4
 """How many of the newest window messages the terms come from."""
 RECENCY_DECAY = 0.3
 """A term's weight is multiplied by this per message of age."""

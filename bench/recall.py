@@ -16,8 +16,8 @@ Figures per size:
 - cached idle: the same window again (a heartbeat with nothing new), served
   from the result cache after one read checking its rows still exist.
 - cold: a store with no cached counts at all (a daemon just started).
-- hit rate: windows whose newest 8 messages mention a planted fact, that
-  recall a row holding that fact.
+- hit rate: windows whose newest messages (those recall takes its terms
+  from) mention a planted fact, that recall a row holding that fact.
 - false recall: windows with no mention in any of their 20 messages, that
   recall anything at all.
 """
@@ -49,13 +49,13 @@ from common import (
     write_figures,
 )
 
-from backthink.recall import index_text
+from backthink.recall import WINDOW_MESSAGES, index_text
 
 GROUP = "recall"
 SIZES = ((1_000, 1_000), (1_000_000, 100_000))  # (messages, memories) of one owner
 QUICK_SIZES = ((1_000, 1_000), (100_000, 10_000))
 WINDOW = 20  # messages a round shows the model, and recall is queried by
-MENTIONED = 8  # a fact counts as mentioned when it is in the newest 8 (recall's terms)
+MENTIONED = WINDOW_MESSAGES  # a fact counts as mentioned in the messages recall's terms come from
 ROUNDS = 480  # measured rounds per size, each after one new message
 QUICK_ROUNDS = 168
 CYCLE = 28  # one mention, then 27 other messages: 8 mention windows, 8 quiet ones

@@ -276,7 +276,7 @@ async def test_hostile_memory_text_stays_text(stores: Stores, text: str) -> None
 
 
 async def test_a_forgotten_text_leaves_no_token_in_the_index(tmp_path: Path) -> None:
-    """After forget, the FTS shadow tables and vocabulary hold none of the text's trigrams."""
+    """After forget, neither index holds any of the text's trigrams or words."""
     path = tmp_path / "bt.db"
     db, _, _ = await open_store(f"sqlite+aiosqlite:///{path}")
     store = SqlMemoryStore(db)
@@ -291,8 +291,15 @@ async def test_a_forgotten_text_leaves_no_token_in_the_index(tmp_path: Path) -> 
         vocab = {t for (t,) in raw.execute("SELECT term FROM memory_fts_vocab")}
         blobs = b"".join(bytes(b) for (b,) in raw.execute("SELECT block FROM memory_fts_data") if b)
         left = raw.execute("SELECT count(*) FROM memory WHERE text = ?", (secret,)).fetchone()
+        raw.execute("CREATE VIRTUAL TABLE temp.words USING fts5vocab(main, memory_words, row)")
+        words = {t for (t,) in raw.execute("SELECT term FROM temp.words")}
+        found = raw.execute(
+            "SELECT count(*) FROM memory_words WHERE memory_words MATCH ?",
+            (recall.words_query(recall.terms_of(secret)),),
+        ).fetchone()
     assert not vocab & set(recall.trigrams(secret))
     assert all(t.encode() not in blobs for t in recall.trigrams(secret))
+    assert not words & set(recall.terms_of(secret)) and found == (0,)
     assert left == (0,)
     assert secret.encode() not in path.read_bytes()
 
