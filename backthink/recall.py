@@ -74,7 +74,7 @@ RARE_SHARE = 20
 RARE_FLOOR = 3
 """...as is one in this many documents or fewer, in a history of any size..."""
 RARE_CHARS = 5
-"""...if it is this long at least (a shorter word is often part of a longer one)."""
+"""...if it is this long at least (a shorter word is often part of a longer one), or a name."""
 LENGTH_NORM = 0.5
 """How much a row's length divides its score (0: not at all), as BM25's b does."""
 TYPICAL_CHARS = 100
@@ -329,11 +329,28 @@ class Candidate:
 
 
 def rare(df: Mapping[str, int], documents: int) -> frozenset[str]:
-    """The terms specific enough to recall a row on their own: in few documents."""
+    """The latin terms in few documents: specific enough to recall a row on their own.
+
+    One shorter than `RARE_CHARS` is so only where the row writes it as a name
+    or it is a number (`named`).
+    """
     most = max(RARE_FLOOR, documents // RARE_SHARE)
-    return frozenset(
-        t for t, n in df.items() if is_word(t) and len(t) >= RARE_CHARS and 0 < n <= most
-    )
+    return frozenset(t for t, n in df.items() if is_word(t) and 0 < n <= most)
+
+
+def named(text: str, term: str) -> bool:
+    """Whether a text writes a latin term as a name (capitalised, past its first word) or number."""
+    if term.isdigit():
+        return True
+    low = text.lower()
+    at = low.find(term)
+    while at >= 0:
+        if at > 0 and not _WORD_CHAR.match(low[at - 1]) and text[at].isupper():
+            before = text[:at].rstrip()
+            if before and before[-1] not in ".!?。！？":
+                return True
+        at = low.find(term, at + 1)
+    return False
 
 
 def strong(matched: Sequence[str], specific: Collection[str] = ()) -> bool:
@@ -397,7 +414,12 @@ def select(
         seen.add((candidate.kind, candidate.id))
         low = candidate.text.lower()
         matched = [term for term in weights if holds(low, term)]
-        if any(strong([t for t in matched if t in terms], specific) for terms in said):
+        alone = {
+            t
+            for t in matched
+            if t in specific and (len(t) >= RARE_CHARS or named(candidate.text, t))
+        }
+        if any(strong([t for t in matched if t in terms], alone) for terms in said):
             score = sum(weights[t] for t in matched)
             score /= 1 - LENGTH_NORM + LENGTH_NORM * len(candidate.text) / TYPICAL_CHARS
             scored.append((score, candidate))

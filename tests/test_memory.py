@@ -524,6 +524,14 @@ def test_weak_matches_are_gated() -> None:
     assert recall.strong(["piano"], specific={"piano"})
 
 
+def test_a_short_rare_word_is_enough_only_as_a_name_or_number() -> None:
+    """A name past a sentence's first word, or a number, counts as specific; a plain word not."""
+    assert recall.named("I just got a new addition, this is Max!", "max")
+    assert recall.named("we met in 2019", "2019")
+    assert not recall.named("Max is here", "max")
+    assert not recall.named("the trek is booked", "trek")
+
+
 def test_a_term_only_the_window_holds_weighs_nothing() -> None:
     """Terms with no document outside the window, or in too many, are dropped."""
     weights = recall.weigh(
