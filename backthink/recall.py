@@ -75,7 +75,7 @@ RARE_FLOOR = 3
 """...as is one in this many documents or fewer, in a history of any size..."""
 RARE_CHARS = 5
 """...if it is this long at least (a shorter word is often part of a longer one), or a name."""
-LENGTH_NORM = 0.5
+LENGTH_NORM = 0.3
 """How much a row's length divides its score (0: not at all), as BM25's b does."""
 TYPICAL_CHARS = 100
 """The length at which a row's score is neither raised nor lowered."""
