@@ -102,14 +102,14 @@ async def test_facts_come_back_and_filler_seldom_does(
 ) -> None:
     """Most facts come back, and filler in few windows.
 
-    A mention that shares only one two-character word with its fact (胃镜),
-    or only a common word, is too weak a match to recall it, so some facts
-    stay away; everyday lines sharing a real word with the window sometimes
-    come back.
+    The facts that stay away are those whose mention shares one word only
+    with them: one short word, or one 3-character CJK string (芝麻糊), is no
+    match on its own (see test_recall_quality), however rare. Filler comes
+    back where an everyday line shares two real words with a window's.
     """
     got = await measure(stores, language, seed)
-    assert got.recalled >= (11 if language == "en" else 5), got
-    assert got.windows_with_filler <= 12, got
+    assert got.recalled >= (12 if language == "en" else 6), got
+    assert got.windows_with_filler <= 9, got
 
 
 def test_stock_phrases_are_too_common_to_weigh() -> None:
