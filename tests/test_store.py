@@ -559,6 +559,10 @@ async def test_a_new_database_gets_the_schema_the_revisions_build(
             f"{table}_fts{suffix}"
             for table in ("memory", "message")
             for suffix in ("", "_config", "_data", "_docsize", "_idx", "_vocab")
+        } | {
+            f"{table}_words{suffix}"
+            for table in ("memory", "message")
+            for suffix in ("", "_config", "_data", "_docsize", "_idx")
         }
         plain = {"alembic_version", "api_token", "delivery", "mark", "memory", "message"}
         plain |= {"owner", "round"}
