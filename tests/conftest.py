@@ -158,10 +158,12 @@ socket = "{self.path / "bt.sock"}"
         now = time.time()
         os.utime(path, (now, now))
 
-    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, *args: str, check: bool = True, timeout_s: float = CLI_TIMEOUT_S
+    ) -> subprocess.CompletedProcess[str]:
         """Run `backthink --config <file> ARGS` as a real process."""
         return run_cli(
-            self.config, *args, cwd=self.path, env=self.env, timeout_s=CLI_TIMEOUT_S, check=check
+            self.config, *args, cwd=self.path, env=self.env, timeout_s=timeout_s, check=check
         )
 
     def think_json(self, *args: str) -> dict[str, object]:
