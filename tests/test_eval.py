@@ -594,7 +594,7 @@ def test_on_point_needs_the_urgency_and_one_of_the_words(
 ) -> None:
     """A right push is on point with at least the urgency and any one mention, any case."""
     result = run(True, True, mentions=mentions, body=body, urgency=urgency, expected_urgency=wanted)
-    assert result.on_point is on_point
+    assert result.on_point() is on_point
 
 
 def test_percentiles_and_verdicts() -> None:
@@ -695,12 +695,13 @@ def test_a_day_keeps_the_gate_history_between_beats(workdir: Workdir, fake: Fake
     workdir.write_config(gate=GATE)
     file = workdir.path / "day.jsonl"
     file.write_text(DAY + "\n" + SMALL[2] + "\n", encoding="utf-8")
+    # Single scenarios run first, then the days.
     fake.script(
+        "[decision:no_push]",  # en-quiet-day
         "[decision:no_push]",
-        "[decision:push]\nTime to call the vet.",
+        "[decision:push]\nIt is eight: the clinic is expecting your vet call.",
         "[decision:push]\nHow did the vet call go?",
         "[decision:push]\nThinking of you this morning.",
-        "[decision:no_push]",  # en-quiet-day
     )
     data = eval_json(workdir, str(file))
     assert (data["scenarios"], data["days"]) == (1, 1)
@@ -717,18 +718,18 @@ def test_a_day_keeps_the_gate_history_between_beats(workdir: Workdir, fake: Fake
     assert (day["pushes"], day["model_pushes"], day["max_pushes"]) == (2, 3, 1)
     assert day["over_budget"] is True
     # The 10:30 request saw the 08:00 push and the owner's answer in its session.
-    last = " ".join(str(m["content"]) for m in fake.chat_requests[3].body["messages"])
-    assert "Time to call the vet." in last and "called, thanks" in last
+    last = " ".join(str(m["content"]) for m in fake.chat_requests[4].body["messages"])
+    assert "the clinic is expecting your vet call" in last and "called, thanks" in last
     # Delivered: 2 pushes, 1 right; 1 expected, delivered. The model pushed 3 times.
     assert (data["day_precision"], data["day_recall"], data["over_budget"]) == (0.5, 1.0, 1)
     model = data["day_figures"]["model"]
     assert (model["beats"], model["pushes"], model["day_precision"]) == (4, 3, pytest.approx(1 / 3))
     assert model["over_budget"] == 1
-    # The always baseline: 07:30 delivered, 08:00 held back by the interval, 09:00 the
-    # owner's unanswered... no: answered at 08:30, and 09:00 is within 2 h of 07:30.
+    # The always baseline pushes at 07:30, too early; the interval then holds back the
+    # 08:00 and 09:00 lines, and the 10:30 one repeats the 07:30 line word for word.
     always = data["day_baselines"]["always"]
-    assert always["beats"] == 4
-    assert always["over_budget"] == 1
+    assert (always["beats"], always["pushes"], always["over_budget"]) == (4, 1, 0)
+    assert (always["day_precision"], always["day_recall"]) == (0.0, 0.0)
 
 
 BAD_DAYS = [
