@@ -783,10 +783,11 @@ def test_compare_two_saved_runs(workdir: Workdir, fake: FakeOpenAI) -> None:
     assert data["by_lang"]["en"]["false_alarm_rate"]["diff"] == 1.0
 
     out = workdir.cli("eval", "--compare", "a.json", "b.json").stdout
-    rows = {line[:24].strip(): line[24:].split() for line in out.splitlines()}
+    rows = {line[:30].strip(): line[30:].split() for line in out.splitlines()}
     assert rows["push_recall"] == ["0.0%", "100.0%", "+100.0", "pp"]
     assert "right in B, not in A (1): zh-birthday" in out
     assert "right in A, not in B (1): en-quiet-day" in out
+    assert "days" not in out.splitlines()  # neither run had days
     # Comparing asks no model.
     assert len(fake.chat_requests) == requests
 

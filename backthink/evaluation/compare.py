@@ -19,6 +19,7 @@ from backthink.evaluation.figures import RATES
 VIEWS = ("model", "delivered")
 DAY_KEYS = ("day_precision", "day_recall", "over_budget")
 GROUP_KEYS = ("push_recall", "false_alarm_rate")
+LABEL = 30  # characters of the first column: a tag and what is counted
 
 
 def load_run(path: Path) -> dict[str, Any]:
@@ -46,6 +47,12 @@ def _figures(data: dict[str, Any], view: str) -> dict[str, Any]:
             return chosen
     # A run saved before the model view existed has its delivered figures at the top.
     return data if view == "delivered" else {}
+
+
+def _day_model(data: dict[str, Any]) -> dict[str, Any]:
+    figures = data.get("day_figures")
+    chosen = figures.get("model") if isinstance(figures, dict) else None
+    return chosen if isinstance(chosen, dict) else {}
 
 
 def _diff(a: Any, b: Any) -> float | None:
@@ -78,6 +85,8 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         fa, fb = _figures(a, view), _figures(b, view)
         out[view] = {key: _entry(fa.get(key), fb.get(key)) for key in (*RATES, "kappa")}
     out["days"] = {key: _entry(a.get(key), b.get(key)) for key in DAY_KEYS}
+    da, db = _day_model(a), _day_model(b)
+    out["days"].update({f"model {key}": _entry(da.get(key), db.get(key)) for key in DAY_KEYS})
     groups: dict[str, Any] = {}
     for split in ("by_lang", "by_tag"):
         ga, gb = a.get(split) or {}, b.get(split) or {}
@@ -105,21 +114,23 @@ def render_compare(cmp: dict[str, Any], names: Sequence[str]) -> str:
     ]
     if (a["scenarios"], a["days"]) != (b["scenarios"], b["days"]):
         lines.append("note: the two runs scored different sets; compare with care")
-    header = f"{'':<24}{'A':>9}{'B':>9}{'B - A':>10}"
-    for view in VIEWS:
+    header = f"{'':<{LABEL}}{'A':>9}{'B':>9}{'B - A':>10}"
+    for view in VIEWS if a["scenarios"] or b["scenarios"] else ():
         lines += ["", f"{view}", header]
         for key, entry in cmp[view].items():
             lines.append(_row(key, entry, kappa=key == "kappa"))
-    if any(entry["a"] is not None or entry["b"] is not None for entry in cmp["days"].values()):
+    if a["days"] or b["days"]:
         lines += ["", "days", header]
         for key, entry in cmp["days"].items():
-            lines.append(_row(key, entry, count=key == "over_budget"))
+            lines.append(_row(key, entry, count=key.endswith("over_budget")))
     for split, title in (("by_lang", "language"), ("by_tag", "tag")):
         if not cmp[split]:
             continue
         lines += ["", f"delivered, per {title}", header]
         for name, entries in cmp[split].items():
             for key, entry in entries.items():
+                if entry["a"] is None and entry["b"] is None:
+                    continue
                 label = f"{name} {'recall' if key == 'push_recall' else 'false alarms'}"
                 lines.append(_row(label, entry))
     lines += ["", f"right in B, not in A ({len(cmp['better'])}): {', '.join(cmp['better']) or '-'}"]
@@ -144,4 +155,4 @@ def _row(label: str, entry: dict[str, Any], *, kappa: bool = False, count: bool 
         delta = f"{diff:+.2f}"
     else:
         delta = f"{diff * 100:+.1f} pp"
-    return f"{label:<24}{cell(entry['a']):>9}{cell(entry['b']):>9}{delta:>10}"
+    return f"{label:<{LABEL}}{cell(entry['a']):>9}{cell(entry['b']):>9}{delta:>10}"
