@@ -144,7 +144,7 @@ def _row(label: str, entry: dict[str, Any], *, kappa: bool = False, count: bool 
             return "-"
         if count:
             return str(value)
-        return f"{value:.2f}" if kappa else f"{value * 100:.1f}%"
+        return f"{round(value, 2) + 0.0:.2f}" if kappa else f"{value * 100:.1f}%"
 
     diff = entry["diff"]
     if diff is None:

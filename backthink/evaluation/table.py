@@ -152,7 +152,8 @@ def _percent(value: float | None) -> str:
 
 
 def _kappa(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+    # Adding 0.0 turns the -0.0 that rounding a tiny negative gives into 0.0.
+    return "-" if value is None else f"{round(value, 2) + 0.0:.2f}"
 
 
 def _ms(value: float | None) -> str:
