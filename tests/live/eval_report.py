@@ -197,7 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"live eval: {mode}: {data['errors']} runs failed", file=sys.stderr)
             code = 1
     constrained = results.get("json_schema")
-    if constrained is not None:
+    # A file of days only has no single scenario whose replies a parse rate counts.
+    if constrained is not None and constrained["scenarios"]:
         rate = constrained["parse_rate"]
         if rate is None or rate < args.min_parse_rate:
             print(
