@@ -164,7 +164,11 @@ socket = "{self.path / "bt.sock"}"
         os.utime(path, (now, now))
 
     def cli(
-        self, *args: str, check: bool = True, stdin: str | None = None
+        self,
+        *args: str,
+        check: bool = True,
+        stdin: str | None = None,
+        timeout_s: float = CLI_TIMEOUT_S,
     ) -> subprocess.CompletedProcess[str]:
         """Run `backthink --config <file> ARGS` as a real process (with `stdin` as its input)."""
         return run_cli(
@@ -172,7 +176,7 @@ socket = "{self.path / "bt.sock"}"
             *args,
             cwd=self.path,
             env=self.env,
-            timeout_s=CLI_TIMEOUT_S,
+            timeout_s=timeout_s,
             check=check,
             stdin=stdin,
         )

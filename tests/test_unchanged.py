@@ -270,3 +270,55 @@ async def test_skipping_can_be_turned_off() -> None:
 def test_parts_of_the_day(hour: int, part: str) -> None:
     """night 0-6, morning 6-12, afternoon 12-18, evening 18-24."""
     assert part_of_day(datetime(2026, 12, 1, hour, 30, tzinfo=SHANGHAI)) == part
+
+
+async def test_a_time_the_owner_named_coming_due_asks_again() -> None:
+    """'Remind me at 3' said hours ago: the beat at 15:00 asks the model, though nothing changed."""
+    rig, model = await rig_at(T0, NO_PUSH, PUSH)  # 14:00 Shanghai
+    await rig.messages.add(
+        Message(owner_id="o", role="user", text="下午3点提醒我给兽医打电话",
+                created_at=T0 - timedelta(hours=2))
+    )  # fmt: skip
+    await silent_then_skipped(rig)  # 14:00 asked, 14:01 skipped: 15:00 is "within 1 h" both times
+    rig.clock.set(T0 + timedelta(hours=1))  # 15:00: due
+    assert outcome(await beat(rig)) == ("delivered", "web")
+    model.assert_complete()
+
+
+@pytest.mark.parametrize(
+    ("text", "at_hour", "expected"),
+    [
+        ("remind me at 8 to call the vet", 7.5, [("08:00", "within 1 h")]),
+        ("remind me at 8 to call the vet", 8.0, [("08:00", "due")]),
+        ("standup 9:45", 7.5, [("09:45", "within 3 h")]),
+        ("dinner 7pm", 18.0, [("19:00", "within 1 h")]),
+        ("明早十点半开会", 8.0, [("10:30", "within 3 h")]),
+        ("晚上八点见", 19.25, [("20:00", "within 1 h")]),
+        ("we got 8 of them", 7.5, []),  # a number is no time
+        ("remind me at 8", 12.0, []),  # 20:00 is later than three hours, 08:00 is past
+    ],
+)
+def test_named_times_and_how_near_they_are(
+    text: str, at_hour: float, expected: list[tuple[str, str]]
+) -> None:
+    """Clear forms of a time of day are read in both languages; bare numbers are not."""
+    from backthink.round.clock_mentions import near_times
+
+    at = datetime(2026, 1, 20, tzinfo=SHANGHAI) + timedelta(hours=at_hour)
+    assert near_times([text], at=at, tz=SHANGHAI) == expected
+
+
+@pytest.mark.parametrize(
+    ("hour", "winding"),
+    [(20.5, False), (21.0, True), (22.9, True), (23.5, False), (12.0, False)],
+)
+def test_the_last_two_hours_before_quiet_hours_are_a_part_of_their_own(
+    hour: float, winding: bool
+) -> None:
+    """19:30 and 21:40 differ for the digest when quiet hours begin at 23:00."""
+    from backthink.config import QuietHours
+    from backthink.round.unchanged import winding_down
+
+    local = datetime(2026, 6, 27, tzinfo=SHANGHAI) + timedelta(hours=hour)
+    assert winding_down(local, QuietHours.parse("23:00-07:00")) is winding
+    assert winding_down(local, None) is False

@@ -316,7 +316,8 @@ class Thinker:
         return request, last_owner_at
 
     def _digest(self, start: RoundStart, request: Request) -> str:
-        return beat_digest(request, at=start.started, tz=self._settings.owner.tz)
+        s = self._settings
+        return beat_digest(request, at=start.started, tz=s.owner.tz, quiet=s.gate.quiet_hours)
 
     async def _silent_digest(self, start: RoundStart, request: Request) -> str:
         """What the next heartbeat will ask if nothing happens but this silent round."""

@@ -13,10 +13,13 @@ that round ended `no_push` less than `schedule.max_silence` ago, ends
 always ask.
 
 What the digest leaves out on purpose: the clock inside the part of the day
-(the request's "now" line and the "in 2 h" of schedule items, which change
-every beat while nothing else does), and the state's `updated_at` (a sync that
-rewrites the same facts says nothing new). An upcoming item entering or
-leaving the state block's 24-hour horizon does change it.
+(the request's "now" line and the exact "in 2 h" of schedule items, which
+change every beat while nothing else does), and the state's `updated_at` (a
+sync that rewrites the same facts says nothing new). An upcoming item
+entering or leaving the state block's 24-hour horizon does change it, and so
+does a schedule item or a time of day the conversation names coming near or
+due (`clock_mentions.lead`): a reminder that was too early an hour ago may be
+due now.
 """
 
 from __future__ import annotations
@@ -27,16 +30,29 @@ from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from backthink.config import Settings
+from backthink.config import QuietHours, Settings
 from backthink.memory.recollect import recollect
 from backthink.models import Outcome, Reason, StateReading, Trigger
 from backthink.ports import MemoryStore, RoundStore
 from backthink.records import RoundRecord
+from backthink.round.clock_mentions import lead, near_times
 from backthink.round.prompts import SCHEDULE_HORIZON
 from backthink.round.request import Request, RequestBuilder
 
 PARTS_OF_DAY = ((18, "evening"), (12, "afternoon"), (6, "morning"), (0, "night"))
+WIND_DOWN = timedelta(hours=2)
+"""Before quiet hours begin, this long counts as a part of the day of its own."""
 """The owner's local hour each part of the day begins at, latest first."""
+
+
+def winding_down(local: datetime, quiet: QuietHours | None) -> bool:
+    """Whether the owner's quiet hours begin within `WIND_DOWN` of `local` (a local time)."""
+    if quiet is None:
+        return False
+    start = local.replace(hour=quiet.start.hour, minute=quiet.start.minute, second=0)
+    if start <= local:
+        start += timedelta(days=1)
+    return start - local <= WIND_DOWN
 
 
 def part_of_day(local: datetime) -> str:
@@ -44,17 +60,29 @@ def part_of_day(local: datetime) -> str:
     return next(name for hour, name in PARTS_OF_DAY if local.hour >= hour)
 
 
-def beat_digest(request: Request, *, at: datetime, tz: ZoneInfo) -> str:
-    """A hash of what `request`, built at `at`, says that can change between beats."""
+def beat_digest(
+    request: Request, *, at: datetime, tz: ZoneInfo, quiet: QuietHours | None = None
+) -> str:
+    """A hash of what `request`, built at `at`, says that can change between beats.
+
+    With `quiet` hours, the last `WIND_DOWN` before they begin counts as a part
+    of the day of its own: the last moment a routine message may still go out.
+    """
     local = at.astimezone(tz)
     said: dict[str, Any] = {
         "trigger": Trigger.of(request.trigger).value,
         "date": local.date().isoformat(),
         "part": part_of_day(local),
+        "winding_down": winding_down(local, quiet),
         "window": [[m.id, m.role, m.speaker, m.text, m.image] for m in request.recent],
         "state": _state_facts(request.state, at),
         "journal": [m.id for m in request.memory.thoughts],
         "recalled": [[ref.kind, ref.id] for ref in request.recalled],
+        "times": near_times(
+            [m.text for m in request.recent] + [t.text for t in request.memory.thoughts],
+            at=at,
+            tz=tz,
+        ),
     }
     text = json.dumps(said, ensure_ascii=False, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -78,7 +106,7 @@ async def next_beat_digest(
     """
     memory = await recollect(memories, settings.memory, owner_id, request.window)
     again = builder.build(request.window, request.trigger, at, memory=memory)
-    return beat_digest(again, at=at, tz=settings.owner.tz)
+    return beat_digest(again, at=at, tz=settings.owner.tz, quiet=settings.gate.quiet_hours)
 
 
 def _state_facts(reading: StateReading, at: datetime) -> Any:
@@ -87,7 +115,7 @@ def _state_facts(reading: StateReading, at: datetime) -> Any:
     if state is None:
         return None if reading.problem is None else reading.problem.value
     upcoming = sorted(
-        (item.at.isoformat(), item.title)
+        (item.at.isoformat(), item.title, lead(item.at - at))
         for item in state.schedule
         if at <= item.at <= at + SCHEDULE_HORIZON
     )
