@@ -179,8 +179,14 @@ class GateSettings(_Section):
     max_unanswered: int = Field(default=2, ge=0)
     max_body_chars: int = Field(default=600, ge=1)
     duplicate_window: Duration = timedelta(hours=24)
+    # None ("") means the session channel, then any other channel that can deliver now.
     default_channel: str | None = None
     channel_cooldown: Duration = timedelta(minutes=10)
+
+    @field_validator("default_channel", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
 
 class PromptSettings(_Section):
     """Prompt language, template folder and context size."""
