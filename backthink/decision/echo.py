@@ -70,13 +70,13 @@ def reject_echo(decision: Decision, untrusted_texts: Iterable[str]) -> Decision:
         if not body & words:
             continue
         of_body = containment(body, words)
+        alike = resemblance(said, content)
         copied = (len(body) >= ECHO_COPY_MIN_SHINGLES and of_body >= ECHO_COPY_SHARE) or (
-            letter_count(said) >= ECHO_NEAR_COPY_MIN_LETTERS
-            and resemblance(said, content) >= ECHO_NEAR_COPY
+            letter_count(said) >= ECHO_NEAR_COPY_MIN_LETTERS and alike >= ECHO_NEAR_COPY
         )
         tagged = has_tags(text) and (
             max(of_body, containment(words, body)) >= ECHO_TAGGED_SHARE
-            or resemblance(said, content) >= ECHO_TAGGED_RESEMBLANCE
+            or alike >= ECHO_TAGGED_RESEMBLANCE
         )
         if copied or tagged:
             return Decision(problems=[*decision.problems, ECHOED_FOOTER])

@@ -16,11 +16,15 @@ Everything here is pure.
 from __future__ import annotations
 
 import unicodedata
+from collections import Counter
 from difflib import SequenceMatcher
 from typing import Final
 
 WIDE_SHINGLE: Final = 2  # characters of a wide script per shingle
 NARROW_SHINGLE: Final = 4  # Latin letters, digits and word spaces per shingle
+RESEMBLANCE_WORK: Final = 40_000
+"""Pairs of equal letters difflib may visit comparing two texts (about 20 ms); past it,
+the texts are so long or so repetitive that their shingles judge instead."""
 
 
 def normalize(text: str) -> str:
@@ -63,17 +67,30 @@ def resemblance(a: str, b: str) -> float:
 
     This is difflib's ratio (twice the matched characters over both lengths):
     it stays high for a copy with a character or two changed, which a short
-    text's few shingles cannot show.
+    text's few shingles cannot show. Its cost grows with the pairs of equal
+    letters of the two texts, which repetitive outside text can make huge
+    (a 600-letter body against a 60,000-letter note once took 18 s): past
+    `RESEMBLANCE_WORK` pairs the texts are compared by their shingles
+    (twice the shared shingles over both counts), which costs their length.
     """
     left, right = _letters(a), _letters(b)
     if not left or not right:
         return 0.0
+    if _equal_pairs(left, right) > RESEMBLANCE_WORK:
+        mine, theirs = shingles(left), shingles(right)
+        return 2 * len(mine & theirs) / (len(mine) + len(theirs))
     return SequenceMatcher(None, left, right, autojunk=False).ratio()
 
 
 def letter_count(text: str) -> int:
     """The number of letters and digits in a text, after normalizing it."""
     return len(_letters(text))
+
+
+def _equal_pairs(left: str, right: str) -> int:
+    """How many pairs of positions, one in each text, hold the same letter."""
+    counts = Counter(right)
+    return sum(n * counts[letter] for letter, n in Counter(left).items())
 
 
 def _letters(text: str) -> str:
