@@ -15,6 +15,7 @@ Everything here is pure.
 
 from __future__ import annotations
 
+import html
 import unicodedata
 from collections import Counter
 from difflib import SequenceMatcher
@@ -27,10 +28,65 @@ RESEMBLANCE_WORK: Final = 40_000
 the texts are so long or so repetitive that their shingles judge instead."""
 
 
+# Characters that pass for footer punctuation or the letters of footer keys and values,
+# read as what they look like. NFKC already folds full-width forms and styled letters.
+_LOOK_ALIKES: Final = str.maketrans(
+    {
+        **dict.fromkeys("⟦〔〖〘〚⁅❲⦋⦍⦏⸢⸤【", "["),
+        **dict.fromkeys("⟧〕〗〙〛⁆❳⦌⦎⦐⸣⸥】", "]"),
+        **dict.fromkeys("∶꞉˸ː⁚։׃᛬⦂", ":"),
+        **dict.fromkeys("аαɑ", "a"),
+        **dict.fromkeys("сϲᴄ", "c"),
+        **dict.fromkeys("ԁ", "d"),
+        **dict.fromkeys("еє", "e"),
+        **dict.fromkeys("ɡ", "g"),
+        **dict.fromkeys("һհʜ", "h"),
+        **dict.fromkeys("іιıɪ", "i"),
+        **dict.fromkeys("ј", "j"),
+        **dict.fromkeys("кκ", "k"),
+        **dict.fromkeys("ӏ", "l"),
+        **dict.fromkeys("ո", "n"),
+        **dict.fromkeys("оοօᴏ", "o"),
+        **dict.fromkeys("рρᴘ", "p"),
+        **dict.fromkeys("ԛ", "q"),
+        **dict.fromkeys("ѕ", "s"),
+        **dict.fromkeys("υսᴜ", "u"),
+        **dict.fromkeys("νѵ", "v"),
+        **dict.fromkeys("ԝ", "w"),
+        **dict.fromkeys("хχ", "x"),
+        **dict.fromkeys("уү", "y"),
+    }
+)
+ENTITY_LEVELS: Final = 3  # HTML escaping undone at most this many times (`&amp;#91;`)
+
+
 def normalize(text: str) -> str:
-    """Fold width, case and invisible characters: NFKC, casefold, format characters dropped."""
-    folded = unicodedata.normalize("NFKC", text).casefold()
+    """Fold what only looks different: entities, width, case, look-alikes, invisible characters.
+
+    HTML entities are decoded (`&#91;` is `[`), then NFKC and casefold, then
+    look-alike brackets, colons and letters (⟦ ⟧, 〔 〕, Cyrillic `р` in
+    `push`) become the ones they pass for, and format characters (zero-width
+    spaces) are dropped.
+    """
+    for _ in range(ENTITY_LEVELS):
+        if "&" not in text:
+            break
+        decoded = html.unescape(text)
+        if decoded == text:
+            break
+        text = decoded
+    folded = unicodedata.normalize("NFKC", text).casefold().translate(_LOOK_ALIKES)
     return "".join(ch for ch in folded if unicodedata.category(ch) != "Cf")
+
+
+def joined_lines(text: str) -> str:
+    """The text with its line breaks, and the spaces around them, removed.
+
+    A footer tag never spans lines for the parser, but a model reading
+    outside text may well join `[我决\n定:push]` into one: tags looked for in
+    outside text are looked for in this form too.
+    """
+    return "".join(line.strip() for line in text.splitlines())
 
 
 def shingles(text: str) -> frozenset[str]:
