@@ -101,6 +101,7 @@ def obj(**fields: Any) -> str:
                      id="code_fence"),
         pytest.param("[我决定:push]\n你好", False, R, None, "", [INVALID_JSON], id="a_footer"),
         pytest.param(json.dumps([obj()]), False, R, None, "", [NOT_AN_OBJECT], id="a_list"),
+        pytest.param("[" * 5000, False, R, None, "", [INVALID_JSON], id="nested_too_deep"),
         pytest.param(obj(body=None), False, R, None, "", [MISSING_FIELD], id="missing_body"),
         pytest.param(obj(urgency=None), False, R, None, "", [MISSING_FIELD], id="missing_urgency"),
         pytest.param(obj(extra="x"), False, R, None, "", [UNKNOWN_FIELD], id="unknown_field"),

@@ -116,6 +116,8 @@ def without_nested_tags(text: str) -> str:
 
 def leading_tags(line: str) -> tuple[list[Tag], str] | None:
     """Split a line that starts with footer tags into its tags and the text after them."""
+    if "[" not in line and "【" not in line:
+        return None  # most lines of a reply: no bracket, no tag, nothing more to read
     tags: list[Tag] = []
     pos = _skip(_LINE_PREFIX, line, 0)
     while (span := _span_at(line, pos)) is not None:

@@ -152,7 +152,7 @@ class ToolBox:
             return False, f"arguments longer than {MAX_ARGUMENT_CHARS} characters"
         try:
             arguments = json.loads(call.arguments or "{}")
-        except ValueError:
+        except (ValueError, RecursionError):
             return False, "the arguments are not valid JSON"
         if not isinstance(arguments, dict):
             return False, "the arguments must be a JSON object"
