@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from backthink.config import Settings
 from backthink.memory.block import MemoryBlock, render_memory_block
@@ -47,8 +48,9 @@ class Request:
     def untrusted(self) -> list[str]:
         """Every outside text the request carries, for the echo guard.
 
-        The owner's messages, a poke's trigger text, the state file's strings
-        and the memory block's texts (a memory may be anyone's words, a thought
+        The owner's messages, a poke's trigger text, every string of the state
+        file (the keys of the device facts as well as their values) and the
+        memory block's texts (a memory may be anyone's words, a thought
         is private): a reply whose body or footer is taken from any of them is
         an echo, never the companion's own decision.
         """
@@ -60,8 +62,31 @@ class Request:
         if state is not None:
             texts.extend(state.notes)
             texts.extend(item.title for item in state.schedule)
-            texts.extend(str(value) for value in state.device.values())
+            texts.extend(strings_of(state.device))
         return texts
+
+
+STATE_DEPTH = 32  # levels of nested objects read for their strings; deeper ones are shown whole
+
+
+def strings_of(value: Any, depth: int = STATE_DEPTH) -> list[str]:
+    """Every string in a JSON value, object keys included, numbers and the like as text.
+
+    A device fact is shown as `key=value`, a nested value written out whole:
+    a key, at any depth, is as much the model's input as a value.
+    """
+    if isinstance(value, dict):
+        found: list[str] = []
+        for key, item in value.items():
+            found.append(str(key))
+            found.extend(strings_of(item, depth - 1) if depth > 0 else [str(item)])
+        return found
+    if isinstance(value, list | tuple):
+        found = []
+        for item in value:
+            found.extend(strings_of(item, depth - 1) if depth > 0 else [str(item)])
+        return found
+    return [value if isinstance(value, str) else str(value)]
 
 
 # The persona prompt may take this share of prompt.max_chars; the rest is left to the
