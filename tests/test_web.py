@@ -402,3 +402,17 @@ def test_run_says_when_the_page_cannot_listen(workdir: Workdir) -> None:
     assert errors == [
         f"backthink: web.listen '127.0.0.1:{port}': cannot listen: Address already in use"
     ], proc.stderr
+
+
+@pytest.mark.parametrize("day", ["9999-12-31", "0001-01-01", "9999-12-30", "0001-01-02"])
+async def test_the_first_and_last_days_are_not_found(
+    open_page: tuple[App, httpx2.AsyncClient], day: str
+) -> None:
+    """A day at the ends of the calendar is a 404 page and a 400 answer, never a 500."""
+    _, client = open_page
+    page = await client.get(f"/day/{day}")
+    assert page.status_code == 404 and "No such day" in page.text
+    api = await client.get(f"/api/rounds?day={day}")
+    assert api.status_code == 400 and "day runs from" in api.json()["error"]
+    assert (await client.get("/day/9999-12-29")).status_code == 200
+    assert (await client.get("/api/rounds?day=0001-01-03")).status_code == 200

@@ -33,7 +33,7 @@ from backthink.models import MemoryKind, Message
 from backthink.records import RoundRecord
 from backthink.round.pause import parse_pause_duration
 from backthink.web import pages, static
-from backthink.web.day import day_bounds, lay_out, local_day
+from backthink.web.day import FIRST_DAY, LAST_DAY, day_bounds, in_range, lay_out, local_day
 from backthink.web.guard import Guard
 
 log = structlog.get_logger("backthink.web")
@@ -98,6 +98,8 @@ class Pages:
             day = date.fromisoformat(request.path_params["day"])
         except ValueError:
             return _page("Not a day", "Days are written YYYY-MM-DD.", 404)
+        if not in_range(day):
+            return _page("No such day", f"Days run from {FIRST_DAY} to {LAST_DAY}.", 404)
         return await self._day(day)
 
     async def _day(self, day: date) -> Response:
@@ -234,6 +236,8 @@ class Pages:
             day = date.fromisoformat(query["day"]) if "day" in query else None
         except ValueError:
             return JSONResponse({"error": "limit is a number, day is YYYY-MM-DD"}, 400)
+        if day is not None and not in_range(day):
+            return JSONResponse({"error": f"day runs from {FIRST_DAY} to {LAST_DAY}"}, 400)
         if day is None:
             records = await self._app.rounds.list(owner_id=self._owner, limit=limit)
         else:
