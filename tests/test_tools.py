@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from fake_openai import FakeOpenAI, ToolCalls
+
 from backthink.config import Settings
 from backthink.errors import ToolsRefusedError
 from backthink.models import Memory, MemoryKind, Message, Outcome
@@ -375,3 +377,36 @@ async def test_arguments_nested_too_deep_are_an_error_result() -> None:
     box = ToolBox([counter], timeout_s=1, max_result_chars=500)
     deep = await box.run(ToolCall(id="1", name="count", arguments="[" * 5_000))
     assert deep.text == "error: the arguments are not valid JSON" and counter.n == 0
+
+
+async def test_a_real_endpoint_still_asking_for_tools_at_the_end_is_tool_limit(
+    fake: FakeOpenAI,
+) -> None:
+    """Calls asked for on the last, tool-less turn end suppressed/tool_limit, not model_error."""
+    from backthink.config import ModelSettings
+    from backthink.model.client import OpenAIModelClient
+
+    again = ToolCalls((("capability_list", {}),))
+    fake.script(again, again)
+    client = OpenAIModelClient(ModelSettings(base_url=fake.base_url, name="m", max_retries=0))
+    async with client:
+        rig = make_rig(settings(max_steps=1), model=client, clock=FakeClock(T0))
+        record = await rig.thinker.run_round("o", "heartbeat")
+    assert (record.outcome, record.reason) == (Outcome.SUPPRESSED, "tool_limit")
+    first, last = fake.chat_requests
+    assert "tools" in first.body and "tools" not in last.body
+    assert [t.name for t in record.tools] == ["capability_list"]
+
+
+async def test_a_plain_round_answered_with_calls_only_is_a_model_error(fake: FakeOpenAI) -> None:
+    """A round that offered no tools and got only calls back has no reply: failed/model_error."""
+    from backthink.config import ModelSettings
+    from backthink.model.client import OpenAIModelClient
+
+    fake.script(ToolCalls((("capability_list", {}),)))
+    client = OpenAIModelClient(ModelSettings(base_url=fake.base_url, name="m", max_retries=0))
+    async with client:
+        rig = make_rig(settings(enabled=False), model=client, clock=FakeClock(T0))
+        record = await rig.thinker.run_round("o", "heartbeat")
+    assert (record.outcome, record.reason) == (Outcome.FAILED, "model_error")
+    assert any("only tool calls" in note for note in record.notes)

@@ -167,7 +167,9 @@ class OpenAIModelClient:
             raise unusable("the reply has no choices")
         choice = completion.choices[0]
         text = choice.message.content
-        calls = tool_calls(choice.message) if tools else []
+        # Read even when no tools were offered: a model that still asks for them on a
+        # round's last, tool-less turn has run out of tool steps, which the loop judges.
+        calls = tool_calls(choice.message)
         if not calls and (text is None or not text.strip()):
             finish = f" (finish_reason={choice.finish_reason})" if choice.finish_reason else ""
             raise unusable(f"the reply has no text content{finish}")

@@ -24,6 +24,8 @@ from backthink.tools.offer import ToolOffer
 
 log = structlog.get_logger("backthink.round")
 
+NO_TEXT_ONLY_CALLS = "model endpoint returned no usable reply: no text content, only tool calls"
+
 
 @dataclass(frozen=True)
 class Asked:
@@ -87,6 +89,10 @@ async def ask(
 
 async def _plain(model: ModelClient, request: Request) -> Asked:
     try:
-        return Asked(await model.complete(request.messages))
+        reply = await model.complete(request.messages)
     except ModelError as exc:
         return Asked(None, error=exc)
+    if reply.tool_calls and not reply.text.strip():
+        # No tools were offered at all: a reply of nothing but calls says nothing.
+        return Asked(None, error=ModelError(NO_TEXT_ONLY_CALLS))
+    return Asked(reply)
