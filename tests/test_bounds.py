@@ -28,13 +28,14 @@ NO_PUSH = "[我决定:no_push]"
 SPEAKER_NOTE = "[发言归属] "
 
 
-def settings(**prompt: Any) -> Settings:
+def settings(*, tools: bool = True, **prompt: Any) -> Settings:
     return Settings.model_validate(
         {
             "owner": {"id": "o", "name": "开拓者", "timezone": "Asia/Shanghai"},
             "persona": {"id": "cyrene", "name": "昔涟"},
             "prompt": {"dir": str(PROMPTS), **prompt},
             "gate": {"default_channel": "web", "quiet_hours": ""},
+            "tools": {"enabled": tools},
         }
     )
 
@@ -104,7 +105,10 @@ async def test_attribution_notes_follow_the_kept_messages() -> None:
     items += [("user", f"u{i}" + "嗯" * 800, None) for i in range(6)]
     store = await seeded(items)
     model = ScriptedModel(NO_PUSH)
-    rig = make_rig(settings(max_chars=7000), model=model, messages=store, clock=FakeClock(T0))
+    # Without tools, no share of the budget is kept for tool steps: six messages fit.
+    rig = make_rig(
+        settings(max_chars=7000, tools=False), model=model, messages=store, clock=FakeClock(T0)
+    )
     await rig.thinker.run_round("o", "heartbeat")
     sent = model.calls[0]
     assert total_chars(sent) <= 7000

@@ -19,6 +19,7 @@ from backthink.store.volatile import MemoryMemoryStore
 from backthink.testing import Calls, FakeClock, ScriptedModel, make_rig, proactive_messages
 from backthink.tools import ToolBox, ToolError, ToolSpec, cut_result
 from backthink.tools.loop import CALL_LIMIT_RESULT
+from backthink.tools.room import REFUSALS_SHOWN
 
 PROMPTS = Path(__file__).resolve().parent.parent / "backthink/prompts"
 T0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)  # 10:00 in Shanghai
@@ -410,3 +411,56 @@ async def test_a_plain_round_answered_with_calls_only_is_a_model_error(fake: Fak
         record = await rig.thinker.run_round("o", "heartbeat")
     assert (record.outcome, record.reason) == (Outcome.FAILED, "model_error")
     assert any("only tool calls" in note for note in record.notes)
+
+
+def request_chars(messages: list[ModelMessage]) -> int:
+    """Characters a request carries: texts, and the calls a turn repeats."""
+    return sum(
+        len(m.text) + sum(len(c.id) + len(c.name) + len(c.arguments) for c in m.tool_calls)
+        for m in messages
+    )
+
+
+class Big:
+    spec = ToolSpec("big", "answers at length")
+
+    async def call(self, arguments: dict[str, Any]) -> str:
+        return "长" * 100_000
+
+
+async def test_ten_thousand_calls_in_one_turn_keep_the_request_within_max_chars() -> None:
+    """Past max_calls only a few calls get a refusal; the rest are cut from the turn."""
+    flood = Calls([("capability_list", {"i": i}) for i in range(10_000)])
+    model = ScriptedModel(flood, NO_PUSH)
+    s = settings()
+    rig = make_rig(s, model=model, clock=FakeClock(T0))
+    record = await rig.thinker.run_round("o", "heartbeat")
+    assert record.reason == "no_push"
+    assert len(record.tools) == s.tools.max_calls == 8
+    second = model.calls[1]
+    assert request_chars(second) <= s.prompt.max_chars
+    [turn] = [m for m in second if m.tool_calls]
+    answers = tool_messages(second)
+    assert [a.tool_call_id for a in answers] == [c.id for c in turn.tool_calls]
+    refused = [a for a in answers if a.text == CALL_LIMIT_RESULT]
+    assert len(answers) == 8 + REFUSALS_SHOWN and len(refused) == REFUSALS_SHOWN
+
+
+async def test_long_answers_long_arguments_and_long_text_fit_the_budget() -> None:
+    """Every request of a round stays within prompt.max_chars, steps cut to the room left."""
+    huge_args = {"query": "x" * 20_000}
+    turn = Calls([("big", {"n": i}) for i in range(6)] + [("big", huge_args)], text="想" * 50_000)
+    model = ScriptedModel(turn, turn, NO_PUSH)
+    s = settings(max_result_chars=100_000)
+    s = s.model_copy(update={"prompt": s.prompt.model_copy(update={"max_chars": 9_000})})
+    rig = make_rig(s, model=model, clock=FakeClock(T0), tools=[Big()])
+    record = await rig.thinker.run_round("o", "heartbeat")
+    assert record.reason == "no_push"
+    assert all(request_chars(call) <= 9_000 for call in model.calls)
+    second = model.calls[1]
+    [assistant] = [m for m in second if m.tool_calls]
+    assert len(assistant.text) <= 2_000
+    assert all(len(c.arguments) < 100 for c in assistant.tool_calls)
+    assert any("characters cut" in a.text for a in tool_messages(second))
+    # The second turn's answers no longer fit: the last call offers no tools, with steps left.
+    assert [bool(offered) for offered in model.offered] == [True, True, False]

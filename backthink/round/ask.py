@@ -51,11 +51,13 @@ async def ask(
     started: datetime,
     owner_spoke: Callable[[], Awaitable[bool]],
     on_use: Callable[[ToolUse], None],
+    max_chars: int | None = None,
 ) -> Asked:
     """Get the round's final reply: plainly, or with tools when the round offers them.
 
     An endpoint that refuses tool definitions is answered with one plain call,
-    and is offered none for a day.
+    and is offered none for a day. With tools, every request stays within
+    `max_chars` (`prompt.max_chars`) whatever the model asks for.
     """
     if not offer.enabled or await offer.refused():
         return await _plain(model, request)
@@ -70,6 +72,7 @@ async def ask(
                 max_calls=settings.max_calls,
                 owner_spoke=owner_spoke,
                 on_use=on_use,
+                max_chars=max_chars,
             )
         except ToolsRefusedError as exc:
             log.warning("round.tools_refused")

@@ -4,7 +4,8 @@ Built from data the round already read (the recent messages) and one state
 snapshot, so `think --dry-run` shows byte for byte what a round would send.
 The whole request keeps within `prompt.max_chars`: each message is cut to
 `prompt.message_chars`, and the oldest history goes first, never the persona
-prompt nor the instruction prompt.
+prompt nor the instruction prompt; a round that offers tools leaves a share
+of the budget to the tool loop's steps.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from backthink.records import ModelMessage
 from backthink.round.budget import cut_text, fit_history
 from backthink.round.context import conversation
 from backthink.round.prompts import PromptBook, owner_display_name, render_prompt
+from backthink.tools.offer import offers_tools
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,17 @@ def strings_of(value: Any, depth: int = STATE_DEPTH) -> list[str]:
 # The persona prompt may take this share of prompt.max_chars; the rest is left to the
 # history and the instruction prompt, so a runaway persona file cannot crowd them out.
 PERSONA_SHARE = 4  # one quarter
+# A round that offers tools keeps this share of prompt.max_chars free of history (at
+# most what its calls may answer): the tool loop's steps must fit the same budget.
+TOOL_SHARE = 4  # one quarter
+
+
+def tool_room(settings: Settings) -> int:
+    """Characters of `prompt.max_chars` the history leaves to the tool loop's steps."""
+    if not offers_tools(settings):
+        return 0
+    t = settings.tools
+    return min(settings.prompt.max_chars // TOOL_SHARE, t.max_calls * t.max_result_chars)
 
 
 class RequestBuilder:
@@ -157,7 +170,7 @@ class RequestBuilder:
             )
         history = fit_history(
             recent,
-            budget=s.prompt.max_chars - fixed,
+            budget=s.prompt.max_chars - fixed - tool_room(s),
             message_chars=s.prompt.message_chars,
             language=s.prompt.language,
             render=lambda kept: conversation(

@@ -175,6 +175,7 @@ class Thinker:
                     self._messages, start.owner_id, since=last_owner_at, now=self._clock.now()
                 ),
                 on_use=used,
+                max_chars=self._settings.prompt.max_chars,
             )
             sofar = replace(sofar, tools=asked.uses, notes=(*sofar.notes, *asked.notes))
             if asked.reply is None:

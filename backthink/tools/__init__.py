@@ -124,6 +124,14 @@ class ToolBox:
         """Every tool's spec, in the order they were given."""
         return [tool.spec for tool in self._tools.values()]
 
+    def definitions(self) -> list[dict[str, Any]]:
+        """The chat-completions entries of the tools that can still be called.
+
+        A tool whose server is known to be gone (`gone` is true, as an MCP
+        server's tools say once it stopped) is no longer offered.
+        """
+        return [tool.spec.definition() for tool in self._tools.values() if not _gone(tool)]
+
     def __bool__(self) -> bool:
         return bool(self._tools)
 
@@ -173,3 +181,8 @@ class ToolBox:
             return False, f"the tool failed ({type(exc).__name__})"
         self._done[key] = text
         return True, text
+
+
+def _gone(tool: Tool) -> bool:
+    """Whether a tool says it can no longer be called (most tools cannot stop)."""
+    return getattr(tool, "gone", False) is True

@@ -81,6 +81,11 @@ class McpTool:
         return self._server.name
 
     @property
+    def gone(self) -> bool:
+        """Whether the tool's server stopped: it is no longer offered, and a call fails at once."""
+        return self._server.stopped is not None
+
+    @property
     def original_name(self) -> str:
         """The tool's name as its server gives it."""
         return self._original_name

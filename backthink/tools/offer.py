@@ -26,6 +26,17 @@ MCP_CALL_SHARE = 0.9
 ENDPOINT_MARKS = "*"
 
 
+def offers_tools(settings: Settings) -> bool:
+    """Whether the settings have rounds offer tools (the endpoint's refusal aside)."""
+    t = settings.tools
+    # A json_schema round offers no tools: its one reply is constrained to the
+    # decision object, which leaves no room for a tool call, and the small
+    # models that need the constraint seldom use tools well anyway.
+    if settings.model.output == "json_schema":
+        return False
+    return t.enabled and t.max_steps > 0 and t.max_calls > 0
+
+
 class ToolOffer:
     """The tools of an owner's rounds, and whether the endpoint takes them."""
 
@@ -61,13 +72,7 @@ class ToolOffer:
     @property
     def enabled(self) -> bool:
         """Whether rounds offer tools at all (the endpoint's refusal aside)."""
-        t = self._settings.tools
-        # A json_schema round offers no tools: its one reply is constrained to the
-        # decision object, which leaves no room for a tool call, and the small
-        # models that need the constraint seldom use tools well anyway.
-        if self._settings.model.output == "json_schema":
-            return False
-        return t.enabled and t.max_steps > 0 and t.max_calls > 0
+        return offers_tools(self._settings)
 
     async def refused(self) -> bool:
         """Whether this endpoint and model refused tools less than `TOOLS_REFUSAL_HOLD` ago."""
