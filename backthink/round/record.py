@@ -60,9 +60,47 @@ class RoundStart:
     started: datetime
 
 
-def round_record(start: RoundStart, ending: Ending, *, finished: datetime) -> RoundRecord:
-    """The audit record of a round that ran in this process."""
+REPLY_CHARS_PER_TOKEN = 16
+"""Characters one token of a reply may hold at most, whitespace runs aside: a reply longer
+than `model.max_tokens` times this is the endpoint's fault, and is kept cut."""
+REPLY_CUT = "\n…[{cut} characters cut: the reply is longer than model.max_tokens allows]…\n"
+REPLY_HEAD_SHARE = 0.75  # of a cut reply's room kept from its head; the footer ends it
+
+
+def reply_chars(max_tokens: int) -> int:
+    """The longest reply (or body) a round record keeps whole, for `model.max_tokens`."""
+    return max_tokens * REPLY_CHARS_PER_TOKEN
+
+
+def bounded(text: str | None, limit: int | None) -> str | None:
+    """`text` within `limit` characters: its head and its end around a marker saying the cut."""
+    if text is None or limit is None or len(text) <= limit:
+        return text
+    marker = REPLY_CUT.format(cut=len(text) - limit)
+    room = max(limit - len(marker), 0)
+    head = int(room * REPLY_HEAD_SHARE)
+    tail = room - head
+    return text[:head] + marker + (text[len(text) - tail :] if tail else "")
+
+
+def round_record(
+    start: RoundStart, ending: Ending, *, finished: datetime, max_reply_chars: int | None = None
+) -> RoundRecord:
+    """The audit record of a round that ran in this process.
+
+    With `max_reply_chars` (see `reply_chars`), a longer raw reply or body is
+    kept cut, with a marker and a note: what an endpoint sends past its
+    token limit must not make every page and database row of it huge.
+    """
     decision, reply = ending.decision, ending.reply
+    raw = reply.text if reply else None
+    notes = list(ending.notes)
+    if raw is not None and max_reply_chars is not None and len(raw) > max_reply_chars:
+        notes.append(
+            f"reply_cut: kept {max_reply_chars} of {len(raw)} characters, more than "
+            "model.max_tokens allows"
+        )
+    body = decision.body if decision and decision.body else None
     return RoundRecord(
         id=start.id,
         owner_id=start.owner_id,
@@ -74,14 +112,14 @@ def round_record(start: RoundStart, ending: Ending, *, finished: datetime) -> Ro
         push=decision.push if decision else None,
         urgency=decision.urgency if decision else None,
         decided_channel=decision.channel if decision else None,
-        body=decision.body if decision and decision.body else None,
+        body=bounded(body, max_reply_chars),
         channel=ending.channel,
         model=reply.model if reply else None,
         prompt_tokens=reply.prompt_tokens if reply else None,
         completion_tokens=reply.completion_tokens if reply else None,
         latency_ms=reply.latency_ms if reply else None,
-        raw_reply=reply.text if reply else None,
-        notes=list(ending.notes),
+        raw_reply=bounded(raw, max_reply_chars),
+        notes=notes,
         tools=list(ending.tools),
         recalled=list(ending.recalled),
     )

@@ -38,6 +38,7 @@ from backthink.round.record import (
     Ending,
     Recorder,
     RoundStart,
+    reply_chars,
     resumed_record,
     round_record,
 )
@@ -78,6 +79,7 @@ class Thinker:
         self._model_missing_hint = model_missing_hint
         self._pauses = pauses
         self._in_flight: set[str] = set()
+        self._reply_chars = reply_chars(settings.model.max_tokens)
 
     def connected(self) -> list[str]:
         """Names of the channels that can deliver now, in configuration order."""
@@ -136,7 +138,9 @@ class Thinker:
                     self._in_flight.discard(owner_id)
             if slot is not None:
                 ending = replace(ending, notes=(slot, *ending.notes))
-            record = round_record(start, ending, finished=self._clock.now())
+            record = round_record(
+                start, ending, finished=self._clock.now(), max_reply_chars=self._reply_chars
+            )
             await self._recorder.save(record)
             return record
 
@@ -239,7 +243,14 @@ class Thinker:
         except asyncio.CancelledError:
             notes = (*((slot,) if slot is not None else ()), *sofar.notes, INTERRUPTED_NOTE)
             interrupted = replace(sofar, notes=notes)
-            await self._recorder.save(round_record(start, interrupted, finished=self._clock.now()))
+            await self._recorder.save(
+                round_record(
+                    start,
+                    interrupted,
+                    finished=self._clock.now(),
+                    max_reply_chars=self._reply_chars,
+                )
+            )
             raise
         except StoreError as exc:
             log.error("round.store_failed", error=str(exc))
