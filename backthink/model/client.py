@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,6 +22,7 @@ from backthink.errors import (
     ModelTimeoutError,
     ToolsRefusedError,
 )
+from backthink.model.attempt import WholeAttemptClient, call_budget
 from backthink.model.body import request_body
 from backthink.model.wire import (
     SCHEMA_REFUSAL,
@@ -99,7 +101,9 @@ class OpenAIModelClient:
             api_key=self._api_key or PLACEHOLDER_API_KEY,
             timeout=settings.timeout_s,
             max_retries=settings.max_retries,
+            http_client=WholeAttemptClient(attempt_s=settings.timeout_s),
         )
+        self._budget_s = call_budget(settings.timeout_s, settings.max_retries)
         self._closed = False
         self._channels = list(channels)
         # Learned once per client: the endpoint refused image input (vision = "auto").
@@ -219,7 +223,25 @@ class OpenAIModelClient:
         # POST is used: it keeps auth, timeouts, retries and error mapping, and
         # skips the per-field TypedDict transform `chat.completions.create` runs,
         # which costs several milliseconds of CPU per round.
-        return await self._client.post("/chat/completions", cast_to=str, body=request)
+        async with self._within_budget():
+            return await self._client.post("/chat/completions", cast_to=str, body=request)
+
+    @asynccontextmanager
+    async def _within_budget(self) -> AsyncIterator[None]:
+        """Bound a call, its retries and the pauses between them, by `call_budget`.
+
+        Raises:
+            ModelTimeoutError: the call did not end within its budget.
+        """
+        try:
+            async with asyncio.timeout(self._budget_s):
+                yield
+        except TimeoutError:
+            raise ModelTimeoutError(
+                f"model endpoint gave no complete answer within {self._budget_s:g}s "
+                f"(model.timeout_s = {self._settings.timeout_s:g} for each of "
+                f"{self._settings.max_retries + 1} attempts)"
+            ) from None
 
     async def probe(self) -> str:
         """Check that the endpoint answers, for `backthink check`.
@@ -237,9 +259,11 @@ class OpenAIModelClient:
         self._check_open()
         with self._translate_errors(()):
             try:
-                raw = await self._client.models.with_raw_response.list()
+                async with self._within_budget():
+                    raw = await self._client.models.with_raw_response.list()
             except openai.NotFoundError:
-                return await self._probe_chat()
+                async with self._within_budget():
+                    return await self._probe_chat()
             body = raw.text
         ids = [entry.id for entry in parse(ModelList, body).data]
         listed = "is listed" if self.model_name in ids else "is not listed"
