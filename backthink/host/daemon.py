@@ -23,6 +23,7 @@ from backthink.config import Settings
 from backthink.errors import BackthinkError
 from backthink.host import poke
 from backthink.host.app import MODEL_MISSING_HINT, settle_heap
+from backthink.host.descriptors import quiet_accept_storms, raise_file_limit
 from backthink.host.fleet import Fleet, open_fleet
 from backthink.host.live import Live, LiveStatus
 from backthink.host.notify import Notifier
@@ -361,6 +362,9 @@ async def run_daemon(
         ConfigError: the page would listen beyond loopback without a token.
     """
     settings.web.check_serving()
+    files = raise_file_limit()
+    quiet_accept_storms(asyncio.get_running_loop())
+    log.info("daemon.files", limit=files)
     async with open_fleet(settings) as fleet:
         settle_heap()
         daemon = Daemon(fleet, owners, doors=doors)

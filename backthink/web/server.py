@@ -26,6 +26,7 @@ from starlette.routing import Route
 from backthink.decision.reply import read_reply
 from backthink.errors import BackthinkError, InputError, StoreError
 from backthink.host.app import App
+from backthink.host.descriptors import StormLog
 from backthink.host.fleet import Fleet
 from backthink.host.live import Live, LiveStatus
 from backthink.host.status import NOT_CONFIGURED, Status, model_health, owner_status
@@ -35,6 +36,7 @@ from backthink.round.pause import parse_pause_duration
 from backthink.web import pages, static
 from backthink.web.day import FIRST_DAY, LAST_DAY, day_bounds, in_range, lay_out, local_day
 from backthink.web.guard import Guard
+from backthink.web.limits import IDLE_S, MAX_CONNECTIONS, bounded_protocol, page_bounds
 
 log = structlog.get_logger("backthink.web")
 
@@ -338,8 +340,19 @@ class WebServer:
             log.exception("web.failed")
 
 
-async def start_web(app: App, owner_id: str, *, live: Live | None = None) -> WebServer:
+async def start_web(
+    app: App,
+    owner_id: str,
+    *,
+    live: Live | None = None,
+    max_connections: int = MAX_CONNECTIONS,
+    idle_s: float = IDLE_S,
+) -> WebServer:
     """Listen on `web.listen` and serve the page until `stop`.
+
+    At most `max_connections` connections are held (fewer when the process
+    has few descriptors: see `backthink.web.limits`), each closed once it has
+    had no request under way for `idle_s` seconds.
 
     Raises:
         BackthinkError: the address cannot be listened on (in use, not this machine's).
@@ -354,6 +367,8 @@ async def start_web(app: App, owner_id: str, *, live: Live | None = None) -> Web
     except OSError as exc:
         why = os.strerror(exc.errno) if exc.errno else str(exc)
         raise BackthinkError(f"web.listen {web.listen!r}: cannot listen: {why}") from None
+    bounds = page_bounds(max_connections)
+    cap = bounds.connections
     config = uvicorn.Config(
         build_asgi(app, owner_id, live=live),
         log_config=None,
@@ -363,6 +378,11 @@ async def start_web(app: App, owner_id: str, *, live: Live | None = None) -> Web
         server_header=False,
         proxy_headers=False,
         timeout_graceful_shutdown=GRACEFUL_S,
+        http=bounded_protocol(cap=cap, idle_s=idle_s, storm=StormLog("web.connections_refused")),
+        # The protocol refuses connections past the cap; uvicorn's own bound counts the
+        # connection asking too, and bounds the requests running at once.
+        limit_concurrency=cap + 1,
+        backlog=bounds.backlog,
     )
     server = _Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
@@ -380,7 +400,7 @@ async def start_web(app: App, owner_id: str, *, live: Live | None = None) -> Web
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{bound}/"
-    log.info("web.ready", url=url, token=web.secret is not None)
+    log.info("web.ready", url=url, token=web.secret is not None, max_connections=cap)
     return WebServer(server, task, url)
 
 
