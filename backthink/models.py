@@ -185,7 +185,8 @@ class Memory(_Frozen):
     """One long-term memory of an owner.
 
     `source` says who wrote it: ``round:<id>``, ``chat`` or ``cli``; a memory a
-    round wrote also carries that round's id.
+    round wrote also carries that round's id. `untrusted` marks a thought
+    that quotes outside text: it keeps that text's provenance.
     """
 
     id: int | None = None
@@ -195,6 +196,7 @@ class Memory(_Frozen):
     created_at: AwareDatetime
     source: str
     round_id: str | None = None
+    untrusted: bool = False
 
 
 class Owner(_Frozen):

@@ -89,6 +89,8 @@ class RoundRecord(_Frozen):
     notes: list[str] = Field(default_factory=list)
     tools: list[ToolUse] = Field(default_factory=list)
     recalled: list[MemoryRef] = Field(default_factory=list)
+    offered: list[str] = Field(default_factory=list)
+    """The names of the tools the round offered, as offered (`cal__agenda`)."""
 
     @field_validator("trigger", "reason")
     @classmethod

@@ -7,6 +7,7 @@ or on a free port. The browser tests (test_web_browser.py) cover the rest.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
 import sys
@@ -416,3 +417,36 @@ async def test_the_first_and_last_days_are_not_found(
     assert api.status_code == 400 and "day runs from" in api.json()["error"]
     assert (await client.get("/day/9999-12-29")).status_code == 200
     assert (await client.get("/api/rounds?day=0001-01-03")).status_code == 200
+
+
+async def test_a_round_page_starts_no_server_and_shows_what_the_round_offered(
+    tmp_path: Path,
+) -> None:
+    """Eight views of a round's page start no MCP server; the offered tools come from its record."""
+    starts = tmp_path / "starts.log"
+    calendar = ROOT / "tests" / "mcp_calendar.py"
+    counting = (
+        f"import runpy, sys; open({str(starts)!r}, 'a').write('started\\n'); "
+        f"sys.argv = [{str(calendar)!r}]; runpy.run_path({str(calendar)!r}, run_name='__main__')"
+    )
+    s = Settings.model_validate(
+        {
+            "owner": {"id": "o", "timezone": "Asia/Shanghai"},
+            "prompt": {"dir": str(ROOT / "backthink/prompts")},
+            "state": {"file": None},
+            "gate": {"quiet_hours": ""},
+            "tools": {"mcp": {"cal": {"command": [sys.executable, "-c", counting]}}},
+        }
+    )
+    app = make_app(s, ScriptedModel("[我决定:no_push]"))
+    record = await app.thinker.run_round("o", "heartbeat")
+    assert starts.read_text().count("started") == 1
+    assert "cal__agenda_for" in record.offered and "memory_search" in record.offered
+    async with await client_for(app) as client:
+        pages = await asyncio.gather(*(client.get(f"/rounds/{record.id}") for _ in range(8)))
+    assert all(page.status_code == 200 for page in pages)
+    assert starts.read_text().count("started") == 1
+    page = pages[0].text
+    assert "<code>cal__agenda_for</code>" in page
+    assert "a page view starts no server" in page and "tool: memory_search" in page
+    assert "tool: cal__" not in page

@@ -24,7 +24,7 @@ from backthink.config import Settings
 from backthink.host import poke
 from backthink.host.app import build_app
 from backthink.testing import FakeClock, ScriptedModel
-from backthink.web.server import WebServer, start_web
+from backthink.web import WebServer, start_web
 
 CAP = 4
 IDLE_S = 0.5  # seconds: the idle timeout these tests run the page with

@@ -38,6 +38,8 @@ class Asked:
     results: tuple[str, ...] = ()
     """Every tool result as its tool wrote it: untrusted text for the echo guard."""
     notes: tuple[str, ...] = ()
+    offered: tuple[str, ...] = ()
+    """The names of the tools the round offered, as offered."""
 
 
 async def ask(
@@ -63,6 +65,7 @@ async def ask(
         return await _plain(model, request)
     async with AsyncExitStack() as stack:
         box, notes = await offer.open(owner_id, round_id, stack)
+        offered = tuple(spec.name for spec in box.specs)
         try:
             looped = await run_tool_loop(
                 model,
@@ -87,6 +90,7 @@ async def ask(
         looped.uses,
         looped.results,
         notes=(*notes, *box.notes),
+        offered=offered,
     )
 
 

@@ -43,6 +43,7 @@ class Ending:
     notes: tuple[str, ...] = ()
     tools: tuple[ToolUse, ...] = ()
     recalled: tuple[MemoryRef, ...] = ()
+    offered: tuple[str, ...] = ()
 
     def ended(self, outcome: Outcome, reason: str, *, note: str | None = None) -> Ending:
         """This round's knowledge, ending as `outcome`/`reason`, with one more note if given."""
@@ -122,6 +123,7 @@ def round_record(
         notes=notes,
         tools=list(ending.tools),
         recalled=list(ending.recalled),
+        offered=list(ending.offered),
     )
 
 

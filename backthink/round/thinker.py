@@ -96,8 +96,12 @@ class Thinker:
         memory = await recollect(self._memories, self._settings.memory, owner_id, view.recent)
         return self._requests.build(view.recent, trigger, at, memory=memory)
 
-    async def offered_tools(self, owner_id: str) -> list[dict[str, Any]]:
-        """The tool definitions a round would offer now (MCP servers are asked for theirs).
+    async def offered_tools(self, owner_id: str, *, servers: bool = True) -> list[dict[str, Any]]:
+        """The tool definitions a round would offer now.
+
+        With `servers`, the MCP servers are started and asked for theirs; without,
+        only the built-in tools (and an embedding program's own) are listed, and
+        nothing is started: a page view must have no side effects.
 
         Raises:
             StoreError: whether the endpoint refused tools cannot be read.
@@ -105,7 +109,7 @@ class Thinker:
         if not self._offer.enabled or await self._offer.refused():
             return []
         async with AsyncExitStack() as stack:
-            box, _ = await self._offer.open(owner_id, "dry-run", stack)
+            box, _ = await self._offer.open(owner_id, "dry-run", stack, servers=servers)
             return [spec.definition() for spec in box.specs]
 
     async def run_round(
@@ -181,7 +185,12 @@ class Thinker:
                 on_use=used,
                 max_chars=self._settings.prompt.max_chars,
             )
-            sofar = replace(sofar, tools=asked.uses, notes=(*sofar.notes, *asked.notes))
+            sofar = replace(
+                sofar,
+                tools=asked.uses,
+                notes=(*sofar.notes, *asked.notes),
+                offered=asked.offered,
+            )
             if asked.reply is None:
                 error = asked.error
                 assert error is not None  # a step without a reply ended in an error
@@ -260,11 +269,16 @@ class Thinker:
                 notes=(str(exc),),
                 tools=sofar.tools,
                 recalled=sofar.recalled,
+                offered=sofar.offered,
             )
         except Exception:
             log.exception("round.crashed")
             return Ending(
-                Outcome.FAILED, Reason.INTERNAL_ERROR, tools=sofar.tools, recalled=sofar.recalled
+                Outcome.FAILED,
+                Reason.INTERNAL_ERROR,
+                tools=sofar.tools,
+                recalled=sofar.recalled,
+                offered=sofar.offered,
             )
 
     async def _pre_gate(self, start: RoundStart) -> Ending | tuple[Request, datetime | None]:

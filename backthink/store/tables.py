@@ -99,7 +99,8 @@ class RoundRow(_Table, table=True):
     """The audit record of one round.
 
     `notes` is a JSON list of strings, `tools` of calls, `recalled` of the
-    `{kind, id}` of the memories and messages its prompt showed.
+    `{kind, id}` of the memories and messages its prompt showed, `offered` of
+    the names of the tools it offered.
     """
 
     __tablename__ = "round"
@@ -125,6 +126,7 @@ class RoundRow(_Table, table=True):
     notes: str = Field(default="[]", sa_type=Text)
     tools: str = Field(default="[]", sa_type=Text, sa_column_kwargs={"server_default": "[]"})
     recalled: str = Field(default="[]", sa_type=Text, sa_column_kwargs={"server_default": "[]"})
+    offered: str = Field(default="[]", sa_type=Text, sa_column_kwargs={"server_default": "[]"})
 
 
 class DeliveryRow(_Table, table=True):
@@ -184,6 +186,10 @@ class MemoryRow(_Table, table=True):
     created_at: datetime = Field(sa_type=UTCDateTime)
     source: str = Field(sa_type=String)
     round_id: str | None = Field(default=None, sa_type=String)
+    # A kept thought that quotes outside text carries its provenance (see MemoryKind).
+    untrusted: bool = Field(
+        default=False, sa_type=Boolean, sa_column_kwargs={"server_default": false()}
+    )
 
 
 OWNER_SOURCES = ("config", "cli")

@@ -89,11 +89,12 @@ class ToolOffer:
             await self._rounds.mark(ENDPOINT_MARKS, self._refusal_mark, at)
 
     async def open(
-        self, owner_id: str, round_id: str, stack: AsyncExitStack
+        self, owner_id: str, round_id: str, stack: AsyncExitStack, *, servers: bool = True
     ) -> tuple[ToolBox, list[str]]:
         """The tool box of one round, and a note for each MCP server that could not serve.
 
-        MCP servers are started on `stack` and stop when it closes.
+        MCP servers are started on `stack` and stop when it closes; without
+        `servers` none is started and their tools are left out.
         """
         t = self._settings.tools
         names: list[str] = []
@@ -110,7 +111,7 @@ class ToolOffer:
             tools += builtin_tools(self._memories, self._rounds, context, lambda: names)
         tools += self._extra
         problems: list[str] = []
-        if t.mcp:
+        if t.mcp and servers:
             # Imported only when configured: the SDK is a large import the idle daemon skips.
             from backthink.tools.mcp import open_mcp_tools
 

@@ -5,6 +5,7 @@ Imported only when `[web] listen` is set; a daemon without the page never loads 
 
 from __future__ import annotations
 
-from backthink.web.server import WebServer, build_asgi, open_page, start_web
+from backthink.web.listen import WebServer, open_page, start_web
+from backthink.web.server import build_asgi
 
 __all__ = ["WebServer", "build_asgi", "open_page", "start_web"]

@@ -1,23 +1,19 @@
-"""The page's routes (Starlette) and its server (uvicorn), inside the daemon's own event loop.
+"""The page's routes (Starlette), served inside the daemon's own event loop (see `listen`).
 
 The pages read the same stores the rounds write, through the daemon's `App`;
-they never run a round. A page load costs a few indexed reads; a round costs
-exactly what it costs without the page.
+they never run a round and start nothing (no MCP server: a round's page shows
+the tools it offered from its record). A page load costs a few indexed reads;
+a round costs exactly what it costs without the page.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
-import socket
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from datetime import date
 from typing import Any
 from urllib.parse import parse_qs
 
 import structlog
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -26,17 +22,14 @@ from starlette.routing import Route
 from backthink.decision.reply import read_reply
 from backthink.errors import BackthinkError, InputError, StoreError
 from backthink.host.app import App
-from backthink.host.descriptors import StormLog
-from backthink.host.fleet import Fleet
 from backthink.host.live import Live, LiveStatus
 from backthink.host.status import NOT_CONFIGURED, Status, model_health, owner_status
 from backthink.models import MemoryKind, Message
 from backthink.records import RoundRecord
 from backthink.round.pause import parse_pause_duration
-from backthink.web import pages, static
+from backthink.web import pages, round_page, static
 from backthink.web.day import FIRST_DAY, LAST_DAY, day_bounds, in_range, lay_out, local_day
 from backthink.web.guard import Guard
-from backthink.web.limits import IDLE_S, MAX_CONNECTIONS, bounded_protocol, page_bounds
 
 log = structlog.get_logger("backthink.web")
 
@@ -47,9 +40,6 @@ DAY_MESSAGES = 2000  # owner messages one day's page draws at most
 API_ROUNDS_MAX = 1000  # rounds /api/rounds returns at most
 MEMORIES_SHOWN = 200  # thoughts, and memories, listed at most on /memory
 FORM_MAX_BYTES = 4096  # bytes of a form body; the page's forms send a few dozen
-START_TIMEOUT_S = 10.0  # seconds for the server to begin accepting connections
-STOP_TIMEOUT_S = 5.0  # seconds for the server to finish on shutdown
-GRACEFUL_S = 2  # seconds open connections get to finish once the daemon stops
 SECURITY_HEADERS = {
     # Nothing but the page's own stylesheet and script ever runs or loads, so even
     # text that slipped past escaping could not execute.
@@ -144,7 +134,7 @@ class Pages:
         delivery = await self._app.outbox.get(record.id)
         kept = await self._app.memories.list(self._owner, limit=MEMORIES_SHOWN)
         request_body, problem = await self._dry_run(record.trigger)
-        html = pages.round_page(
+        html = round_page.round_page(
             record,
             self._tz,
             delivery=delivery,
@@ -152,6 +142,7 @@ class Pages:
             shown=await self._shown(record),
             request=request_body,
             request_problem=problem,
+            servers=list(self._app.settings.tools.mcp),
             reply=None
             if record.raw_reply is None
             else read_reply(
@@ -162,7 +153,7 @@ class Pages:
         )
         return HTMLResponse(html)
 
-    async def _shown(self, record: RoundRecord) -> list[pages.Shown]:
+    async def _shown(self, record: RoundRecord) -> list[round_page.Shown]:
         """The memories and messages the round's prompt showed, as they are now."""
         refs = record.recalled
         memories = await self._app.memories.get_many(
@@ -174,18 +165,22 @@ class Pages:
         memory_texts = {m.id: m.text for m in memories}
         message_texts = {m.id: m.text for m in messages}
         return [
-            pages.Shown(r, (message_texts if r.kind == "message" else memory_texts).get(r.id))
+            round_page.Shown(r, (message_texts if r.kind == "message" else memory_texts).get(r.id))
             for r in refs
         ]
 
     async def _dry_run(self, trigger: str) -> tuple[dict[str, Any] | None, str | None]:
-        """What `think --dry-run --trigger TRIGGER` would send now, or why it cannot say."""
+        """What `think --dry-run --trigger TRIGGER` would send now, or why it cannot say.
+
+        No MCP server is started for it: a page view has no side effects, so
+        their tools are left out of the tools shown.
+        """
         from backthink.model.body import request_body
 
         thinker = self._app.thinker
         try:
             request = await thinker.prepare(self._owner, trigger)
-            tools = await thinker.offered_tools(self._owner)
+            tools = await thinker.offered_tools(self._owner, servers=False)
         except BackthinkError as exc:
             return None, f"cannot assemble the request now: {exc}"
         return request_body(self._app.settings.model, request.messages, tools=tools), None
@@ -311,99 +306,3 @@ def build_asgi(app: App, owner_id: str, *, live: Live | None = None) -> Starlett
         ("/static/refresh.js", _js, "GET"),
     ]
     return Starlette(routes=[Route(path, _guarded(guard, h), methods=[m]) for path, h, m in routes])
-
-
-class _Server(uvicorn.Server):
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        # The daemon owns SIGTERM and SIGINT; it stops this server itself when it drains.
-        yield
-
-
-class WebServer:
-    """The page's server, running as a task of the daemon's event loop."""
-
-    def __init__(self, server: uvicorn.Server, task: asyncio.Task[None], url: str) -> None:
-        """Wrap a started server; use `start_web`."""
-        self._server = server
-        self._task = task
-        self.url = url
-
-    async def stop(self) -> None:
-        """Stop accepting, let open requests finish briefly, and end the task."""
-        self._server.should_exit = True
-        try:
-            await asyncio.wait_for(self._task, STOP_TIMEOUT_S)
-        except TimeoutError:
-            log.warning("web.stop_timeout")
-        except Exception:
-            log.exception("web.failed")
-
-
-async def start_web(
-    app: App,
-    owner_id: str,
-    *,
-    live: Live | None = None,
-    max_connections: int = MAX_CONNECTIONS,
-    idle_s: float = IDLE_S,
-) -> WebServer:
-    """Listen on `web.listen` and serve the page until `stop`.
-
-    At most `max_connections` connections are held (fewer when the process
-    has few descriptors: see `backthink.web.limits`), each closed once it has
-    had no request under way for `idle_s` seconds.
-
-    Raises:
-        BackthinkError: the address cannot be listened on (in use, not this machine's).
-    """
-    web = app.settings.web
-    address = web.address
-    assert address is not None, "start_web needs web.listen"
-    host, port = address
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    try:
-        sock = socket.create_server((host, port), family=family)
-    except OSError as exc:
-        why = os.strerror(exc.errno) if exc.errno else str(exc)
-        raise BackthinkError(f"web.listen {web.listen!r}: cannot listen: {why}") from None
-    bounds = page_bounds(max_connections)
-    cap = bounds.connections
-    config = uvicorn.Config(
-        build_asgi(app, owner_id, live=live),
-        log_config=None,
-        access_log=False,
-        lifespan="off",
-        ws="none",
-        server_header=False,
-        proxy_headers=False,
-        timeout_graceful_shutdown=GRACEFUL_S,
-        http=bounded_protocol(cap=cap, idle_s=idle_s, storm=StormLog("web.connections_refused")),
-        # The protocol refuses connections past the cap; uvicorn's own bound counts the
-        # connection asking too, and bounds the requests running at once.
-        limit_concurrency=cap + 1,
-        backlog=bounds.backlog,
-    )
-    server = _Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        async with asyncio.timeout(START_TIMEOUT_S):
-            while not server.started:
-                if task.done():
-                    task.result()
-                    raise BackthinkError(f"web.listen {web.listen!r}: the server did not start")
-                await asyncio.sleep(0.01)
-    except BaseException:
-        task.cancel()
-        sock.close()
-        raise
-    bound = sock.getsockname()[1]
-    shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{bound}/"
-    log.info("web.ready", url=url, token=web.secret is not None, max_connections=cap)
-    return WebServer(server, task, url)
-
-
-async def open_page(fleet: Fleet, owners: list[str], live: Live) -> WebServer:
-    """The daemon's doors when `[web] listen` is set: the page of its first owner."""
-    return await start_web(await fleet.app(owners[0]), owners[0], live=live)
