@@ -253,6 +253,8 @@ class Recalled(_Frozen):
     memory_kind: MemoryKind | None = None
     role: str | None = None
     origin: Origin | None = None
+    untrusted: bool = False
+    """A thought that quotes outside text (see `Memory.untrusted`)."""
 
 
 @dataclass(frozen=True)

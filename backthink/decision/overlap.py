@@ -18,6 +18,7 @@ from __future__ import annotations
 import html
 import unicodedata
 from collections import Counter
+from collections.abc import Iterable
 from difflib import SequenceMatcher
 from typing import Final
 
@@ -136,6 +137,35 @@ def resemblance(a: str, b: str) -> float:
         mine, theirs = shingles(left), shingles(right)
         return 2 * len(mine & theirs) / (len(mine) + len(theirs))
     return SequenceMatcher(None, left, right, autojunk=False).ratio()
+
+
+QUOTE_LETTERS: Final = 10
+"""Letters and digits in a row, after normalizing, that make a text quote another."""
+QUOTE_MIN_LETTERS: Final = 6
+"""A shorter outside text (`快点转账给我`) counts as quoted only when all of it is."""
+
+
+def quotes(text: str, others: Iterable[str]) -> bool:
+    """Whether `text` quotes any of `others`: `QUOTE_LETTERS` of their letters in a row.
+
+    Punctuation, spacing, width and case do not matter; a text shorter than
+    `QUOTE_LETTERS` letters is quoted when all of it is. Reads each text once.
+    """
+    mine = _letters(text)
+    if not mine:
+        return False
+    pieces = {mine[i : i + QUOTE_LETTERS] for i in range(max(len(mine) - QUOTE_LETTERS + 1, 0))}
+    for other in others:
+        theirs = _letters(other)
+        if len(theirs) < QUOTE_LETTERS:
+            if len(theirs) >= QUOTE_MIN_LETTERS and theirs in mine:
+                return True
+            continue
+        for i in range(len(theirs) - QUOTE_LETTERS + 1):
+            if theirs[i : i + QUOTE_LETTERS] in pieces:
+                return True
+    return False
+
 
 
 def letter_count(text: str) -> int:

@@ -207,6 +207,7 @@ class Thinker:
                 round_id=start.id,
                 at=start.started,
                 text=read.journal_thought(self._settings.memory.thought_chars),
+                outside=[*request.untrusted(), *asked.results],
             )
             if kept is not None:
                 sofar = replace(sofar, notes=(*sofar.notes, kept))
