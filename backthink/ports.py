@@ -125,8 +125,20 @@ class OwnerStore(Protocol):
         ...
 
 
-class RoundStore(Protocol):
-    """The audit log of rounds."""
+class Marks(Protocol):
+    """Named per-owner timestamps shared by every process on the database."""
+
+    async def marked_at(self, owner_id: str, name: str) -> datetime | None:
+        """When a named per-owner mark (e.g. the last startup greeting) was set, or None."""
+        ...
+
+    async def mark(self, owner_id: str, name: str, at: datetime) -> None:
+        """Set a named per-owner mark; it survives restarts."""
+        ...
+
+
+class RoundStore(Marks, Protocol):
+    """The audit log of rounds, and the marks beside it."""
 
     async def save(self, record: RoundRecord) -> None:
         """Store a finished round. Saving the same id twice is an error."""
@@ -146,14 +158,6 @@ class RoundStore(Protocol):
         self, owner_id: str, start: datetime, end: datetime, *, limit: int = 1000
     ) -> builtins.list[RoundRecord]:
         """Return an owner's rounds started in [start, end), oldest first (the page's day)."""
-        ...
-
-    async def marked_at(self, owner_id: str, name: str) -> datetime | None:
-        """When a named per-owner mark (e.g. the last startup greeting) was set, or None."""
-        ...
-
-    async def mark(self, owner_id: str, name: str, at: datetime) -> None:
-        """Set a named per-owner mark; it survives restarts."""
         ...
 
 

@@ -191,6 +191,8 @@ def build_app(
         session_channel=session_channel(settings, channels or {}),
         cooldown=settings.gate.channel_cooldown,
         sleep=sleep,
+        marks=rounds,
+        owner_id=settings.owner.id,
     )
     requests = RequestBuilder(
         settings,

@@ -300,6 +300,8 @@ class Thinker:
             start.owner_id, self._settings.prompt.recent_messages
         )
         last_owner_at = latest_credible(view, start.started)
+        # Which channels are down is shared with every process: read it before choosing.
+        await self._delivery.refresh()
         skip = gate.pre_gate(
             settings=self._settings.gate,
             tz=tz,
