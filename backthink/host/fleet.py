@@ -258,8 +258,9 @@ async def open_fleet(settings: Settings, **overrides: object) -> AsyncIterator[F
     """
     async with AsyncExitStack() as stack:
         db = await stack.enter_async_context(open_database(settings.database))
+        clock = cast(Clock | None, overrides.get("clock")) or SystemClock()
         if "model" not in overrides:
-            model = model_from_settings(settings)
+            model = model_from_settings(settings, marks=db.rounds, clock=clock)
             if model is not None:
                 stack.push_async_callback(model.close)
             overrides["model"] = model
@@ -279,7 +280,6 @@ async def open_fleet(settings: Settings, **overrides: object) -> AsyncIterator[F
                 **overrides,  # type: ignore[arg-type]
             )
 
-        clock = cast(Clock | None, overrides.get("clock")) or SystemClock()
         shared = cast(ModelClient | None, overrides["model"])
         fleet = Fleet(
             settings,

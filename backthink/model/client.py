@@ -24,6 +24,7 @@ from backthink.errors import (
 )
 from backthink.model.attempt import WholeAttemptClient, call_budget
 from backthink.model.body import request_body
+from backthink.model.learned import SchemaFormMemory
 from backthink.model.wire import (
     SCHEMA_REFUSAL,
     SCHEMA_REFUSAL_STATUSES,
@@ -37,6 +38,7 @@ from backthink.model.wire import (
     unusable,
     withheld,
 )
+from backthink.ports import Clock, Marks
 from backthink.records import ModelMessage, ModelReply
 from backthink.redact import redact_urls
 
@@ -74,6 +76,8 @@ class OpenAIModelClient:
         *,
         config_location: str = DEFAULT_CONFIG_LOCATION,
         channels: Sequence[str] = (),
+        marks: Marks | None = None,
+        clock: Clock | None = None,
     ) -> None:
         """Build the SDK client; no request is sent yet.
 
@@ -82,6 +86,9 @@ class OpenAIModelClient:
             config_location: where the configuration lives, named in the error when
                 no endpoint is configured.
             channels: the configured channel names, which a json_schema reply may name.
+            marks: where what the client learns of the endpoint (it reads only the
+                older schema form) is kept for every process; with `clock`.
+            clock: the time of those marks.
 
         Raises:
             ModelNotConfiguredError: `settings.base_url` is not set.
@@ -108,8 +115,9 @@ class OpenAIModelClient:
         self._channels = list(channels)
         # Learned once per client: the endpoint refused image input (vision = "auto").
         self._image_refusal: str | None = None
-        # Learned once per client: the endpoint reads only the older schema form.
+        # Learned once, and kept in the marks: the endpoint reads only the older schema form.
         self._schema_form: SchemaForm = "json_schema"
+        self._learned = SchemaFormMemory(settings, marks, clock)
 
     @property
     def model_name(self) -> str:
@@ -130,6 +138,8 @@ class OpenAIModelClient:
             ModelError: HTTP error, refused connection, or a reply with no usable text.
         """
         self._check_open()
+        if self._settings.output == "json_schema" and await self._learned.older_form():
+            self._schema_form = "json_object"
         started = time.perf_counter()
         images = sum(1 for m in messages if m.image)
         send_images = self.sends_images
@@ -149,6 +159,7 @@ class OpenAIModelClient:
                     # Asked once more in the older form; a refusal of that one is an error.
                     self._schema_form = "json_object"
                     log.warning("model.schema_form_refused", status=exc.status_code)
+                    await self._learned.refused()
                     notes.append(
                         "response_format_fallback: the endpoint refused the json_schema form "
                         f"(HTTP {exc.status_code}); json_object with a schema from now on"
