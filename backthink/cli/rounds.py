@@ -17,7 +17,8 @@ def rounds(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON array.")] = False,
 ) -> None:
     """Show the audit log of rounds, newest first."""
-    from backthink.round.record import Recorder, Spill
+    from backthink.round.record import Recorder
+    from backthink.round.spill import Spill
     from backthink.store import open_database
 
     c: Context = ctx.obj

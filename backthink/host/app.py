@@ -34,8 +34,9 @@ from backthink.ports import (
 )
 from backthink.round.pause import Pauses
 from backthink.round.prompts import PromptBook, owner_display_name
-from backthink.round.record import Recorder, Spill
+from backthink.round.record import Recorder
 from backthink.round.request import RequestBuilder
+from backthink.round.spill import Spill
 from backthink.round.state import FileStateProvider
 from backthink.round.thinker import Thinker
 from backthink.store import (

@@ -32,7 +32,8 @@ from backthink.models import Language, Owner
 from backthink.ports import Clock, ModelClient, Outbox, OwnerStore
 from backthink.records import RoundRecord
 from backthink.round.prompts import PromptBook
-from backthink.round.record import Recorder, RoundStart, Spill, unstarted_record
+from backthink.round.record import Recorder, RoundStart, unstarted_record
+from backthink.round.spill import Spill
 from backthink.store import open_database
 from backthink.store.claims import OwnerClaims
 
@@ -293,6 +294,8 @@ async def open_fleet(settings: Settings, **overrides: object) -> AsyncIterator[F
         )
         await fleet.sync(clock.now())
         if spill is not None:
+            # The reserve a full disk needs is allocated while there is room for it.
+            spill.prepare()
             # Records an earlier process could not save are written in first.
             await Recorder(db.rounds, spill=spill).drain(thorough=True)
         yield fleet

@@ -12,8 +12,10 @@ without retries.
 from __future__ import annotations
 
 import asyncio
+import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -26,11 +28,46 @@ from backthink.ports import Marks, ModelClient, Outbox, RoundStore
 from backthink.records import RoundRecord
 from backthink.redact import redact_urls
 from backthink.round.pause import Pauses, PauseState
+from backthink.round.spill import RESERVE_BYTES, Spill
 from backthink.store import open_database
 
 MODEL_TIMEOUT_S = 5.0  # seconds the model probe may take at most
 PENDING_SCAN = 1000  # pending deliveries counted at most; more than a few means trouble anyway
 NOT_CONFIGURED = "not configured"
+LOW_SPACE_BYTES = RESERVE_BYTES  # bytes free on the database's disk below which it counts as full
+
+
+@dataclass(frozen=True)
+class DiskState:
+    """Whether the database's disk is full: it has refused round records, or has no room left."""
+
+    full: bool
+    waiting: int = 0
+    """Round records a full disk refused, kept in the reserve until the database takes them."""
+
+    def describe(self) -> str:
+        """One line for `status`."""
+        if not self.full:
+            return "ok"
+        if self.waiting:
+            return (
+                f"full: {self.waiting} round record(s) wait in the reserve beside the database; "
+                "free some space"
+            )
+        return "full: free some space, or rounds can no longer be recorded"
+
+
+def disk_state(spill: Path | None) -> DiskState:
+    """The disk of the database as its spill sees it (None: no spill, nothing to tell)."""
+    if spill is None:
+        return DiskState(full=False)
+    waiting = Spill(spill).in_reserve()
+    try:
+        stats = os.statvfs(spill.parent)
+    except OSError:
+        return DiskState(full=waiting > 0, waiting=waiting)
+    room = stats.f_bavail * stats.f_frsize
+    return DiskState(full=waiting > 0 or room < LOW_SPACE_BYTES, waiting=waiting)
 
 
 @dataclass(frozen=True)
@@ -44,6 +81,7 @@ class Status:
     pending_deliveries: int
     channels: dict[str, str] = field(default_factory=dict)
     model: str = NOT_CONFIGURED
+    disk: DiskState = field(default_factory=lambda: DiskState(full=False))
 
     def to_json(self) -> dict[str, Any]:
         """The `status --json` object; times ISO 8601 in UTC, null when there is none."""
@@ -63,6 +101,7 @@ class Status:
             "pending_deliveries": self.pending_deliveries,
             "channels": dict(self.channels),
             "model": self.model,
+            "disk": "full" if self.disk.full else "ok",
         }
 
     def render(self, tz: ZoneInfo) -> str:
@@ -89,6 +128,7 @@ class Status:
                 or "none configured",
             ),
             ("model", self.model),
+            ("disk", self.disk.describe()),
         ]
         width = max(len(label) for label, _ in rows)
         return "\n".join(f"{label.ljust(width)}  {value}" for label, value in rows)
@@ -177,6 +217,7 @@ async def owner_status(
             name: "down" if live.channels.get(name) == "down" else health
             for name, health in channels.items()
         }
+    disk = disk_state(settings.database.spill_path)
     return Status(
         running=live is not None,
         pause=pause,
@@ -185,6 +226,7 @@ async def owner_status(
         pending_deliveries=sum(1 for d in pending if d.owner_id == owner_id),
         channels=channels,
         model=model,
+        disk=disk,
     )
 
 

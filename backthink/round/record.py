@@ -2,27 +2,25 @@
 
 `Recorder.save` is the only place a round record is written, whether the
 round just ended or its delivery was finished by the next start. A record the
-database refuses (locked past the busy timeout, read-only, deleted) is kept in
-an append-only spill file beside the database and written in at the next chance.
+database refuses (locked past the busy timeout, read-only, deleted, the disk
+full) is kept in the spill beside the database (`backthink.round.spill`), in
+a reserve allocated beforehand when the disk is full, and written in at the
+next chance.
 """
 
 from __future__ import annotations
 
-import fcntl
-import os
 from dataclasses import dataclass, replace
 from datetime import datetime
-from pathlib import Path
-from typing import TextIO
 
 import structlog
-from pydantic import ValidationError
 
 from backthink.delivery.dispatcher import DeliveryResult
 from backthink.errors import BackthinkError, StoreError
 from backthink.models import Decision, MemoryRef, Outcome, Reason, Trigger
 from backthink.ports import RoundStore
 from backthink.records import Delivery, ModelReply, RoundRecord, ToolUse
+from backthink.round.spill import Spill, disk_full
 
 log = structlog.get_logger("backthink.round")
 
@@ -165,99 +163,6 @@ def unstarted_record(
     )
 
 
-class Spill:
-    """Round records the database refused, one JSON line each, until it takes them.
-
-    Appends are serialised between processes with an advisory lock; a drain
-    first claims the whole file by renaming it, so two processes never write
-    the same records in, and no lock is held while the database is awaited.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def append(self, record: RoundRecord) -> None:
-        """Add one record durably (flushed and synced before returning).
-
-        Raises:
-            OSError: the file cannot be written either.
-        """
-        with self._open() as out:
-            fcntl.flock(out, fcntl.LOCK_EX)
-            out.write(record.model_dump_json() + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-
-    def _open(self) -> TextIO:
-        # Records hold raw replies: private, so readable by the daemon's user only.
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        return os.fdopen(fd, "a", encoding="utf-8")
-
-    def waiting(self) -> bool:
-        """Whether records wait to be written in (a cheap check, done after every save)."""
-        return self.path.exists()
-
-    async def drain(self, rounds: RoundStore) -> int:
-        """Write every waiting record into `rounds`; return how many were written.
-
-        A record already stored is skipped; when the database fails again the
-        records not yet written go back into the spill.
-        """
-        claimed = self.path.with_name(f"{self.path.name}.{os.getpid()}.draining")
-        self._adopt_orphans(claimed)
-        try:
-            os.replace(self.path, claimed)
-        except FileNotFoundError:
-            if not claimed.exists():
-                return 0
-        lines = claimed.read_text(encoding="utf-8").splitlines()
-        written = 0
-        for i, line in enumerate(lines):
-            try:
-                record = RoundRecord.model_validate_json(line)
-            except ValidationError:
-                log.error("round.spill_unreadable", line=i + 1)
-                continue
-            try:
-                if await rounds.get(record.id) is None:
-                    await rounds.save(record)
-                    written += 1
-            except StoreError:
-                for rest in lines[i:]:
-                    self._put_back(rest)
-                break
-        claimed.unlink()
-        if written:
-            log.info("round.spill_written", count=written)
-        return written
-
-    def _adopt_orphans(self, claimed: Path) -> None:
-        """Take over records a process claimed and died with before writing them in."""
-        for other in self.path.parent.glob(f"{self.path.name}.*.draining"):
-            pid = other.name.removeprefix(f"{self.path.name}.").removesuffix(".draining")
-            if other == claimed or not pid.isdigit() or _alive(int(pid)):
-                continue
-            with other.open(encoding="utf-8") as orphan:
-                for line in orphan.read().splitlines():
-                    self._put_back(line)
-            other.unlink()
-
-    def _put_back(self, line: str) -> None:
-        with self._open() as out:
-            fcntl.flock(out, fcntl.LOCK_EX)
-            out.write(line + "\n")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process is alive
-    return True
-
-
 class Recorder:
     """Writes round records and the one `round.finished` line of each round."""
 
@@ -314,13 +219,23 @@ class Recorder:
             log.error("round.record_failed", error=str(exc), kept=False)
             return
         try:
-            self._spill.append(record)
+            in_spill = self._spill.append(record)
         except OSError as spill_exc:
             log.error(
                 "round.record_failed",
                 error=str(exc),
                 kept=False,
                 spill_error=spill_exc.strerror or type(spill_exc).__name__,
+                disk_full=disk_full(spill_exc),
             )
             return
-        log.error("round.record_failed", error=str(exc), kept=True, spill=str(self._spill.path))
+        if in_spill:
+            log.error("round.record_failed", error=str(exc), kept=True, spill=str(self._spill.path))
+            return
+        log.error(
+            "round.disk_full",
+            error=str(exc),
+            kept=True,
+            reserve=str(self._spill.reserve),
+            waiting=self._spill.in_reserve(),
+        )
