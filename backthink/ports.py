@@ -125,6 +125,10 @@ class OwnerStore(Protocol):
         ...
 
 
+ENDPOINT_MARKS = "*"
+"""The owner id under which marks of the model endpoint (not of an owner) are kept."""
+
+
 class Marks(Protocol):
     """Named per-owner timestamps shared by every process on the database."""
 

@@ -65,7 +65,8 @@ async def test_connections_past_the_cap_are_answered_503_and_closed(page: WebSer
     held = [await _open(page.url) for _ in range(CAP)]
     await asyncio.sleep(0)  # let the server take them in
     extra_reader, extra_writer = await _open(page.url)
-    answer = await asyncio.wait_for(extra_reader.read(), IDLE_S / 2)
+    # Answered 503 and closed: a held connection would instead be closed silently when idle.
+    answer = await asyncio.wait_for(extra_reader.read(), WAIT_S)
     assert answer.startswith(b"HTTP/1.1 503 ")
     extra_writer.close()
     for _, writer in held:
@@ -96,7 +97,7 @@ async def test_idle_and_trickling_connections_are_closed_then_the_page_serves(
     assert await _closed_by_server(trickle_reader) == b""
     took = time.perf_counter() - started
     dribbling.cancel()
-    assert took < 4 * IDLE_S
+    assert took < 8 * IDLE_S  # closed at the idle time, not held open
     silent_writer.close()
     trickle_writer.close()
     async with httpx2.AsyncClient() as client:

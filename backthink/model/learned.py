@@ -18,13 +18,11 @@ import structlog
 
 from backthink.config import ModelSettings
 from backthink.errors import StoreError
-from backthink.ports import Clock, Marks
+from backthink.ports import ENDPOINT_MARKS, Clock, Marks
 
 log = structlog.get_logger("backthink.model_client")
 
 SCHEMA_FORM_HOLD: Final = timedelta(days=1)
-ENDPOINT_MARKS: Final = "*"
-"""The owner id of marks that belong to an endpoint, not to an owner."""
 
 
 class SchemaFormMemory:

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from backthink.config import Settings
-from backthink.ports import Clock, MemoryStore, RoundStore
+from backthink.ports import ENDPOINT_MARKS, Clock, MemoryStore, RoundStore
 from backthink.tools import Tool, ToolBox
 from backthink.tools.builtin import RoundContext, builtin_tools
 
@@ -22,8 +22,6 @@ from backthink.tools.builtin import RoundContext, builtin_tools
 TOOLS_REFUSAL_HOLD = timedelta(days=1)
 # An MCP call may take this share of `tools.timeout`; the tool box cuts it off at the whole.
 MCP_CALL_SHARE = 0.9
-# Marks that belong to an endpoint, not to an owner, are kept under this owner id.
-ENDPOINT_MARKS = "*"
 
 
 def offers_tools(settings: Settings) -> bool:
