@@ -250,6 +250,7 @@ def test_status_without_a_daemon(cli: Workdir, fake: FakeOpenAI) -> None:
         "pending_deliveries": 0,
         "channels": {"web": "ok"},
         "model": "ok",
+        "disk": "ok",
     }
     cli.think_json()
     cli.cli("pause", "--for", "2h")

@@ -38,6 +38,7 @@ from backthink.round.record import (
     Ending,
     Recorder,
     RoundStart,
+    reply_chars,
     resumed_record,
     round_record,
 )
@@ -88,6 +89,7 @@ class Thinker:
         self._rounds = rounds
         """The round log unchanged heartbeats are judged by; None: every heartbeat asks."""
         self._in_flight: set[str] = set()
+        self._reply_chars = reply_chars(settings.model.max_tokens)
 
     def connected(self) -> list[str]:
         """Names of the channels that can deliver now, in configuration order."""
@@ -104,16 +106,23 @@ class Thinker:
         memory = await recollect(self._memories, self._settings.memory, owner_id, view.recent)
         return self._requests.build(view.recent, trigger, at, memory=memory)
 
-    async def offered_tools(self, owner_id: str) -> list[dict[str, Any]]:
-        """The tool definitions a round would offer now (MCP servers are asked for theirs).
+    async def offered_tools(self, owner_id: str, *, servers: bool = True) -> list[dict[str, Any]]:
+        """The tool definitions a round would offer now.
+
+        With `servers`, the MCP servers are started and asked for theirs; without,
+        only the built-in tools (and an embedding program's own) are listed, and
+        nothing is started: a page view must have no side effects.
 
         Raises:
             StoreError: whether the endpoint refused tools cannot be read.
         """
-        return (await self.tool_offer(owner_id)).definitions
+        return (await self.tool_offer(owner_id, servers=servers)).definitions
 
-    async def tool_offer(self, owner_id: str) -> OfferedTools:
+    async def tool_offer(self, owner_id: str, *, servers: bool = True) -> OfferedTools:
         """What a round would offer now: definitions in full, and the tools behind the search.
+
+        With `servers`, the MCP servers are started and asked for theirs (see
+        `offered_tools`).
 
         Raises:
             StoreError: whether the endpoint refused tools cannot be read.
@@ -122,7 +131,7 @@ class Thinker:
         if not self._offer.enabled or await self._offer.refused():
             return OfferedTools(max_chars=max_chars)
         async with AsyncExitStack() as stack:
-            box, _ = await self._offer.open(owner_id, "dry-run", stack)
+            box, _ = await self._offer.open(owner_id, "dry-run", stack, servers=servers)
             definitions = [spec.definition() for spec in box.specs]
             return OfferedTools(definitions, box.held, max_chars)
 
@@ -156,7 +165,9 @@ class Thinker:
                     self._in_flight.discard(owner_id)
             if slot is not None:
                 ending = replace(ending, notes=(slot, *ending.notes))
-            record = round_record(start, ending, finished=self._clock.now())
+            record = round_record(
+                start, ending, finished=self._clock.now(), max_reply_chars=self._reply_chars
+            )
             await self._recorder.save(record)
             return record
 
@@ -194,8 +205,14 @@ class Thinker:
                     self._messages, start.owner_id, since=last_owner_at, now=self._clock.now()
                 ),
                 on_use=used,
+                max_chars=self._settings.prompt.max_chars,
             )
-            sofar = replace(sofar, tools=asked.uses, notes=(*sofar.notes, *asked.notes))
+            sofar = replace(
+                sofar,
+                tools=asked.uses,
+                notes=(*sofar.notes, *asked.notes),
+                offered=asked.offered,
+            )
             if asked.reply is None:
                 error = asked.error
                 assert error is not None  # a step without a reply ended in an error
@@ -212,6 +229,7 @@ class Thinker:
                 round_id=start.id,
                 at=start.started,
                 text=read.journal_thought(self._settings.memory.thought_chars),
+                outside=[*request.untrusted(), *asked.results],
             )
             if kept is not None:
                 sofar = replace(sofar, notes=(*sofar.notes, kept))
@@ -259,7 +277,14 @@ class Thinker:
         except asyncio.CancelledError:
             notes = (*((slot,) if slot is not None else ()), *sofar.notes, INTERRUPTED_NOTE)
             interrupted = replace(sofar, notes=notes)
-            await self._recorder.save(round_record(start, interrupted, finished=self._clock.now()))
+            await self._recorder.save(
+                round_record(
+                    start,
+                    interrupted,
+                    finished=self._clock.now(),
+                    max_reply_chars=self._reply_chars,
+                )
+            )
             raise
         except StoreError as exc:
             log.error("round.store_failed", error=str(exc))
@@ -269,11 +294,16 @@ class Thinker:
                 notes=(str(exc),),
                 tools=sofar.tools,
                 recalled=sofar.recalled,
+                offered=sofar.offered,
             )
         except Exception:
             log.exception("round.crashed")
             return Ending(
-                Outcome.FAILED, Reason.INTERNAL_ERROR, tools=sofar.tools, recalled=sofar.recalled
+                Outcome.FAILED,
+                Reason.INTERNAL_ERROR,
+                tools=sofar.tools,
+                recalled=sofar.recalled,
+                offered=sofar.offered,
             )
 
     async def _pre_gate(self, start: RoundStart) -> Ending | tuple[Request, datetime | None]:
@@ -297,6 +327,8 @@ class Thinker:
             start.owner_id, self._settings.prompt.recent_messages
         )
         last_owner_at = latest_credible(view, start.started)
+        # Which channels are down is shared with every process: read it before choosing.
+        await self._delivery.refresh()
         skip = gate.pre_gate(
             settings=self._settings.gate,
             tz=tz,

@@ -26,6 +26,7 @@ def round_values(record: RoundRecord) -> dict[str, Any]:
     values["notes"] = json.dumps(list(record.notes), ensure_ascii=False)
     values["tools"] = json.dumps([use.model_dump() for use in record.tools])
     values["recalled"] = json.dumps([ref.model_dump() for ref in record.recalled])
+    values["offered"] = json.dumps(list(record.offered), ensure_ascii=False)
     return values
 
 
@@ -34,6 +35,7 @@ def _to_record(row: RowMapping) -> RoundRecord:
     values["notes"] = json.loads(row["notes"])
     values["tools"] = json.loads(row["tools"])
     values["recalled"] = json.loads(row["recalled"])
+    values["offered"] = json.loads(row["offered"])
     return RoundRecord.model_validate(values)
 
 

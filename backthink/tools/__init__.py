@@ -146,6 +146,19 @@ class ToolBox:
         """Offer these held tools from the next model step on."""
         self._held.difference_update(names)
 
+    def definitions(self) -> list[dict[str, Any]]:
+        """The chat-completions entries of the tools offered now that can still be called.
+
+        A tool held behind `tool_search` is not offered yet, and one whose
+        server is known to be gone (`gone` is true, as an MCP server's tools
+        say once it stopped) is offered no more.
+        """
+        return [
+            tool.spec.definition()
+            for name, tool in self._tools.items()
+            if name not in self._held and not _gone(tool)
+        ]
+
     def __bool__(self) -> bool:
         return bool(self._tools)
 
@@ -177,7 +190,7 @@ class ToolBox:
             return False, f"arguments longer than {MAX_ARGUMENT_CHARS} characters"
         try:
             arguments = json.loads(call.arguments or "{}")
-        except ValueError:
+        except (ValueError, RecursionError):
             return False, "the arguments are not valid JSON"
         if not isinstance(arguments, dict):
             return False, "the arguments must be a JSON object"
@@ -198,3 +211,8 @@ class ToolBox:
             return False, f"the tool failed ({type(exc).__name__})"
         self._done[key] = text
         return True, text
+
+
+def _gone(tool: Tool) -> bool:
+    """Whether a tool says it can no longer be called (most tools cannot stop)."""
+    return getattr(tool, "gone", False) is True
