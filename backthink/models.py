@@ -94,6 +94,7 @@ class Reason(StrEnum):
     NO_ROUTE = "no_route"
     DISABLED = "disabled"
     NO_MODEL = "no_model"
+    UNCHANGED = "unchanged"
     # suppressed (the model answered; nothing is sent)
     NO_PUSH = "no_push"
     PARSE_FAILED = "parse_failed"
@@ -188,7 +189,8 @@ class Memory(_Frozen):
     """One long-term memory of an owner.
 
     `source` says who wrote it: ``round:<id>``, ``chat`` or ``cli``; a memory a
-    round wrote also carries that round's id.
+    round wrote also carries that round's id. `untrusted` marks a thought
+    that quotes outside text: it keeps that text's provenance.
     """
 
     id: int | None = None
@@ -198,6 +200,7 @@ class Memory(_Frozen):
     created_at: AwareDatetime
     source: str
     round_id: str | None = None
+    untrusted: bool = False
 
 
 class Owner(_Frozen):
@@ -254,6 +257,8 @@ class Recalled(_Frozen):
     memory_kind: MemoryKind | None = None
     role: str | None = None
     origin: Origin | None = None
+    untrusted: bool = False
+    """A thought that quotes outside text (see `Memory.untrusted`)."""
 
 
 @dataclass(frozen=True)

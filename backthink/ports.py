@@ -125,8 +125,24 @@ class OwnerStore(Protocol):
         ...
 
 
-class RoundStore(Protocol):
-    """The audit log of rounds."""
+ENDPOINT_MARKS = "*"
+"""The owner id under which marks of the model endpoint (not of an owner) are kept."""
+
+
+class Marks(Protocol):
+    """Named per-owner timestamps shared by every process on the database."""
+
+    async def marked_at(self, owner_id: str, name: str) -> datetime | None:
+        """When a named per-owner mark (e.g. the last startup greeting) was set, or None."""
+        ...
+
+    async def mark(self, owner_id: str, name: str, at: datetime) -> None:
+        """Set a named per-owner mark; it survives restarts."""
+        ...
+
+
+class RoundStore(Marks, Protocol):
+    """The audit log of rounds, and the marks beside it."""
 
     async def save(self, record: RoundRecord) -> None:
         """Store a finished round. Saving the same id twice is an error."""
@@ -148,12 +164,8 @@ class RoundStore(Protocol):
         """Return an owner's rounds started in [start, end), oldest first (the page's day)."""
         ...
 
-    async def marked_at(self, owner_id: str, name: str) -> datetime | None:
-        """When a named per-owner mark (e.g. the last startup greeting) was set, or None."""
-        ...
-
-    async def mark(self, owner_id: str, name: str, at: datetime) -> None:
-        """Set a named per-owner mark; it survives restarts."""
+    async def last_asked(self, owner_id: str, since: datetime) -> RoundRecord | None:
+        """The owner's newest round since `since` that called the model (it has a digest)."""
         ...
 
 

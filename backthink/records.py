@@ -89,6 +89,11 @@ class RoundRecord(_Frozen):
     notes: list[str] = Field(default_factory=list)
     tools: list[ToolUse] = Field(default_factory=list)
     recalled: list[MemoryRef] = Field(default_factory=list)
+    digest: str | None = None
+    """What the round's request said that can change between beats, hashed; set when it
+    called the model (a later heartbeat that would ask the same is skipped)."""
+    offered: list[str] = Field(default_factory=list)
+    """The names of the tools the round offered, as offered (`cal__agenda`)."""
 
     @field_validator("trigger", "reason")
     @classmethod

@@ -12,6 +12,7 @@ import re
 from typing import Final
 
 MASK: Final = "***"
+SCHEME_CHARS: Final = 32  # characters of a URL scheme found inside free text
 
 # Query keys whose value is a credential, compared lower-case with "-" read as "_".
 _SECRET_KEYS: Final = frozenset(
@@ -20,8 +21,12 @@ _SECRET_KEYS: Final = frozenset(
 _SECRET_SUFFIXES: Final = ("_key", "_token", "_secret", "_password", "_signature")
 _SCHEME: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 # A URL inside free text runs until whitespace, a quote, or a closing bracket or comma.
-_URL_IN_TEXT: Final = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>()\[\]{},]+")
-_QUERY_PAIR: Final = re.compile(r"(?P<key>[^&;=#]+)=(?P<value>[^&;#]*)")
+# The scheme is bounded (real ones are a few letters): an unbounded one would be read
+# again from every letter of a long word that is not followed by "://".
+_URL_IN_TEXT: Final = re.compile(
+    rf"[A-Za-z][A-Za-z0-9+.-]{{0,{SCHEME_CHARS - 1}}}://[^\s\"'<>()\[\]{{}},]+"
+)
+_QUERY_SEPARATOR: Final = re.compile(r"([&;])")
 
 
 def redact_url(url: str) -> str:
@@ -59,10 +64,21 @@ def _redact_query(tail: str) -> str:
     if not question:
         return tail
     query, hash_mark, fragment = rest.partition("#")
-    masked = _QUERY_PAIR.sub(
-        lambda m: f"{m['key']}={MASK}" if _is_secret(m["key"]) and m["value"] else m[0], query
-    )
+    masked = "".join(_redact_pair(part) for part in _QUERY_SEPARATOR.split(query))
     return f"{path}?{masked}{hash_mark}{fragment}"
+
+
+def _redact_pair(part: str) -> str:
+    """One `key=value` of a query with a secret value masked; separators come back as they are.
+
+    The key is the first run of characters other than "=" that a "=" follows,
+    the value everything after that "=".
+    """
+    lead = len(part) - len(part.lstrip("="))
+    key, equals, value = part[lead:].partition("=")
+    if not equals or not key or not value or not _is_secret(key):
+        return part
+    return f"{part[:lead]}{key}={MASK}"
 
 
 def _is_secret(key: str) -> bool:

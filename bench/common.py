@@ -544,9 +544,16 @@ def _fill(db: Path, owners: Sequence[str], per_owner: int) -> int:
 
 
 def index_all(conn: sqlite3.Connection) -> None:
-    """Index every message and memory afresh (FTS5 'rebuild'), as migration 0007 does."""
+    """Index every message and memory afresh (FTS5 'rebuild'), as migrations 0007 and 0011 do."""
+    from backthink.memory.recall import index_text
+
     for table in ("memory", "message"):
         conn.execute(f"INSERT INTO {table}_fts({table}_fts) VALUES ('rebuild')")
+        conn.execute(f"INSERT INTO {table}_words({table}_words) VALUES ('delete-all')")
+        conn.executemany(
+            f"INSERT INTO {table}_words(rowid, text) VALUES (?, ?)",
+            ((i, index_text(t)) for i, t in conn.execute(f"SELECT id, text FROM {table}")),
+        )
 
 
 def unindex_after(conn: sqlite3.Connection, table: str, max_id: int) -> None:
@@ -556,11 +563,22 @@ def unindex_after(conn: sqlite3.Connection, table: str, max_id: int) -> None:
     benchmark that deletes what it added does this first; otherwise a later
     run's rows, taking the same ids, would stay unindexed.
     """
+    from backthink.memory.recall import index_text
+
     fts = f"{table}_fts"
     conn.execute(
         f"INSERT INTO {fts}({fts}, rowid, text) SELECT 'delete', t.id, t.text FROM {table} t"
         f" JOIN {fts}_docsize d ON d.id = t.id WHERE t.id > ?",
         (max_id,),
+    )
+    words = f"{table}_words"
+    indexed = conn.execute(
+        f"SELECT t.id, t.text FROM {table} t JOIN {words}_docsize d ON d.id = t.id WHERE t.id > ?",
+        (max_id,),
+    ).fetchall()
+    conn.executemany(
+        f"INSERT INTO {words}({words}, rowid, text) VALUES ('delete', ?, ?)",
+        [(i, index_text(t)) for i, t in indexed],
     )
 
 

@@ -16,8 +16,8 @@ Figures per size:
 - cached idle: the same window again (a heartbeat with nothing new), served
   from the result cache after one read checking its rows still exist.
 - cold: a store with no cached counts at all (a daemon just started).
-- hit rate: windows whose newest 8 messages mention a planted fact, that
-  recall a row holding that fact.
+- hit rate: windows whose newest messages (those recall takes its terms
+  from) mention a planted fact, that recall a row holding that fact.
 - false recall: windows with no mention in any of their 20 messages, that
   recall anything at all.
 """
@@ -49,11 +49,13 @@ from common import (
     write_figures,
 )
 
+from backthink.memory.recall import WINDOW_MESSAGES, index_text
+
 GROUP = "recall"
 SIZES = ((1_000, 1_000), (1_000_000, 100_000))  # (messages, memories) of one owner
 QUICK_SIZES = ((1_000, 1_000), (100_000, 10_000))
 WINDOW = 20  # messages a round shows the model, and recall is queried by
-MENTIONED = 8  # a fact counts as mentioned when it is in the newest 8 (recall's terms)
+MENTIONED = WINDOW_MESSAGES  # a fact counts as mentioned in the messages recall's terms come from
 ROUNDS = 480  # measured rounds per size, each after one new message
 QUICK_ROUNDS = 168
 CYCLE = 28  # one mention, then 27 other messages: 8 mention windows, 8 quiet ones
@@ -175,15 +177,25 @@ def _fill_memories(conn: sqlite3.Connection, count: int) -> None:
         ),
     )
     conn.execute("INSERT INTO memory_fts(memory_fts) VALUES ('rebuild')")
+    conn.execute("INSERT INTO memory_words(memory_words) VALUES ('delete-all')")
+    conn.executemany(
+        "INSERT INTO memory_words(rowid, text) VALUES (?, ?)",
+        [(i, index_text(t)) for i, t in conn.execute("SELECT id, text FROM memory")],
+    )
 
 
 def _replace(conn: sqlite3.Connection, table: str, row_id: int, text: str) -> None:
     """Give one indexed row another text, its index entries with it."""
-    fts = f"{table}_fts"
+    fts, words = f"{table}_fts", f"{table}_words"
     (old,) = conn.execute(f"SELECT text FROM {table} WHERE id = ?", (row_id,)).fetchone()
     conn.execute(f"INSERT INTO {fts}({fts}, rowid, text) VALUES ('delete', ?, ?)", (row_id, old))
+    conn.execute(
+        f"INSERT INTO {words}({words}, rowid, text) VALUES ('delete', ?, ?)",
+        (row_id, index_text(old)),
+    )
     conn.execute(f"UPDATE {table} SET text = ? WHERE id = ?", (text, row_id))
     conn.execute(f"INSERT INTO {fts}(rowid, text) VALUES (?, ?)", (row_id, text))
+    conn.execute(f"INSERT INTO {words}(rowid, text) VALUES (?, ?)", (row_id, index_text(text)))
 
 
 def _plant(db: Path, max_id: int, memories: int) -> Planted:

@@ -21,6 +21,7 @@ GROUPS = (
     ("idle_daemon", 240),
     ("boot", 180),
     ("prompt_size", 60),
+    ("week", 240),
     ("many_owners", 600),
     ("worst_case", 180),
     ("recall", 900),

@@ -164,7 +164,11 @@ socket = "{self.path / "bt.sock"}"
         os.utime(path, (now, now))
 
     def cli(
-        self, *args: str, check: bool = True, stdin: str | None = None
+        self,
+        *args: str,
+        check: bool = True,
+        stdin: str | None = None,
+        timeout_s: float = CLI_TIMEOUT_S,
     ) -> subprocess.CompletedProcess[str]:
         """Run `backthink --config <file> ARGS` as a real process (with `stdin` as its input)."""
         return run_cli(
@@ -172,7 +176,7 @@ socket = "{self.path / "bt.sock"}"
             *args,
             cwd=self.path,
             env=self.env,
-            timeout_s=CLI_TIMEOUT_S,
+            timeout_s=timeout_s,
             check=check,
             stdin=stdin,
         )
@@ -211,10 +215,28 @@ READY_TIMEOUT_S = 30.0  # seconds for a daemon to start on a loaded machine
 class DaemonProcess:
     """`backthink run` in a child process, its JSON log lines read as they come."""
 
-    def __init__(self, workdir: Workdir, env: dict[str, str], config: Path | None = None) -> None:
-        config = config or workdir.config
+    def __init__(
+        self,
+        workdir: Workdir,
+        env: dict[str, str],
+        config: Path | None = None,
+        *,
+        open_files: int | None = None,
+    ) -> None:
+        """Start the daemon; with `open_files`, under that limit of open files (soft and hard)."""
+        args = ["--config", str(config or workdir.config), "run"]
+        command = [sys.executable, "-m", "backthink", *args]
+        if open_files is not None:
+            command = [
+                sys.executable,
+                "-c",
+                "import resource, runpy, sys; "
+                f"resource.setrlimit(resource.RLIMIT_NOFILE, ({open_files}, {open_files})); "
+                f"sys.argv = ['backthink', *{args!r}]; "
+                "runpy.run_module('backthink', run_name='__main__')",
+            ]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "backthink", "--config", str(config), "run"],
+            command,
             cwd=workdir.path,
             env=env,
             stdout=subprocess.PIPE,

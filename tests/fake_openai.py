@@ -11,6 +11,12 @@ As a process (the daemon's process tests)::
 
     python tests/fake_openai.py --port 0 --reply "[decision:no_push]"
     python tests/fake_openai.py --replies replies.jsonl
+    python tests/fake_openai.py --right eval/scenarios.jsonl
+
+With ``--right FILE`` (or ``fake.responder = RightReplies.from_file(FILE)``) every
+request of ``backthink eval`` on that scenario file is answered with the reply its
+scenario (or day beat) expects: a push at the expected urgency naming the first
+expected word, or no push, in the request's output form.
 
 A request with ``"stream": true`` gets its reply as chat-completion chunks (Server-Sent
 Events), ended by ``data: [DONE]``.
@@ -37,11 +43,13 @@ import threading
 import time
 import zlib
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import uvicorn
 from starlette.applications import Starlette
@@ -130,6 +138,11 @@ class ToolCalls:
 
 ScriptItem = Reply | Fail | Malformed | EmptyChoices | NullContent | ToolCalls
 
+TOOLS_MODES = ("script", "ignore", "call")
+"""How the server treats a request's tools: as scripted; dropped, as llama.cpp's server
+does without a tool-call chat format (no reply ever calls a tool); or, when nothing
+is scripted, answered by a call of the first tool offered, with no arguments."""
+
 
 @dataclass(frozen=True)
 class RecordedRequest:
@@ -161,6 +174,8 @@ class _State:
     image_refusal: int | None = None
     schema_refusal: int | None = None
     gzip_streams: str | None = None
+    tools_mode: str = "script"
+    responder: Callable[[dict[str, Any]], str] | None = None
 
 
 def item_from_json(value: Any) -> ScriptItem:
@@ -242,6 +257,16 @@ def _has_image(body: dict[str, Any]) -> bool:
         ):
             return True
     return False
+
+
+def _tool_names(body: dict[str, Any]) -> list[str]:
+    """The names of the functions a chat request offers, in order."""
+    names = []
+    for tool in body.get("tools") or []:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if isinstance(function, dict) and isinstance(function.get("name"), str):
+            names.append(function["name"])
+    return names
 
 
 def _retry_headers(retry_after_s: float | None) -> dict[str, str]:
@@ -331,6 +356,20 @@ class FakeOpenAI:
             self._state.queue.extend(Reply(i) if isinstance(i, str) else i for i in items)
 
     @property
+    def responder(self) -> Callable[[dict[str, Any]], str] | None:
+        """None answers the default reply; a function answers each unscripted request itself.
+
+        It gets the request body and returns the reply text; a LookupError it raises
+        becomes an HTTP 500 naming it.
+        """
+        return self._state.responder
+
+    @responder.setter
+    def responder(self, function: Callable[[dict[str, Any]], str] | None) -> None:
+        with self._state.lock:
+            self._state.responder = function
+
+    @property
     def image_refusal(self) -> int | None:
         """None serves images; a status makes every request with an image part fail with it.
 
@@ -372,6 +411,18 @@ class FakeOpenAI:
         with self._state.lock:
             self._state.gzip_streams = mode
 
+    @property
+    def tools_mode(self) -> str:
+        """One of TOOLS_MODES; `script` until set, and again after `reset()`."""
+        return self._state.tools_mode
+
+    @tools_mode.setter
+    def tools_mode(self, mode: str) -> None:
+        if mode not in TOOLS_MODES:
+            raise ValueError(f"tools_mode must be one of {TOOLS_MODES}, not {mode!r}")
+        with self._state.lock:
+            self._state.tools_mode = mode
+
     def fail_next(
         self, count: int, status: int = 500, *, retry_after_s: float | None = RETRY_NOW_S
     ) -> None:
@@ -407,6 +458,8 @@ class FakeOpenAI:
             self._state.image_refusal = None
             self._state.schema_refusal = None
             self._state.gzip_streams = None
+            self._state.tools_mode = "script"
+            self._state.responder = None
             self._state.default_reply, self._state.models_endpoint = self._initial
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -537,11 +590,24 @@ class FakeOpenAI:
         ):
             return _error(schema_refusal, {}, SCHEMA_FORM_MESSAGE)
         with self._state.lock:
-            item: ScriptItem = (
-                self._state.queue.popleft()
-                if self._state.queue
-                else Reply(self._state.default_reply)
-            )
+            mode = self._state.tools_mode
+            responder = self._state.responder
+            offered = _tool_names(recorded.body) if mode != "ignore" else []
+            item: ScriptItem | None = None
+            if self._state.queue:
+                item = self._state.queue.popleft()
+            elif mode == "call" and offered:
+                item = ToolCalls(((offered[0], {}),))
+            elif responder is None:
+                item = Reply(self._state.default_reply)
+            if mode == "ignore" and isinstance(item, ToolCalls):
+                item = Reply(item.text or self._state.default_reply, delay_s=item.delay_s)
+        if item is None:
+            assert responder is not None
+            try:
+                item = Reply(responder(recorded.body))
+            except LookupError as exc:
+                return _error(500, {}, f"no scripted answer: {exc}")
         await self._pause(item.delay_s)
         if isinstance(item, Fail):
             return _error(item.status, _retry_headers(item.retry_after_s), item.message)
@@ -671,6 +737,125 @@ class FakeOpenAI:
         return JSONResponse([r.to_json() for r in self.requests])
 
 
+# The line of a round's prompt that gives the owner's local time, in each language.
+NOW_MARKERS = ("现在是主人当地时间 ", "The owner's local time is now ")
+LOCAL_TIME_CHARS = len("2026-03-10 01:30")
+RIGHT_THOUGHT = {"zh": "想了想此刻该不该开口。", "en": "I weighed whether to speak up now."}
+# A day may expect two pushes naming the same word; the hour keeps them apart for the
+# gate's duplicate check.
+RIGHT_LINES = {
+    "zh": ("{}：{} 这会儿正是时候，记得留意。", "想到你了，{} 这会儿正是时候。"),
+    "en": ("About {}: {} is the moment for it.", "Thinking of you: {} is the moment."),
+}
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What one scenario (or beat of a day) expects, and how to recognise its request."""
+
+    lang: str
+    local: str
+    texts: tuple[str, ...]
+    expect: dict[str, Any]
+
+
+class RightReplies:
+    """Answers each request of `backthink eval` on a scenario file with the reply it expects.
+
+    A request is matched to a scenario by the owner's local time its prompt names,
+    then, among the scenarios (and beats) at that time, by how many of their
+    messages it shows: a beat shows the messages of the beats before it too.
+    """
+
+    def __init__(self, expected: Iterable[Expected]) -> None:
+        self._by_time: dict[tuple[str, str], list[Expected]] = {}
+        for one in expected:
+            self._by_time.setdefault((one.lang, one.local), []).append(one)
+
+    @classmethod
+    def from_file(cls, path: Path) -> RightReplies:
+        """Read a scenario file: single scenarios and days."""
+        return cls(expected_of(path.read_text(encoding="utf-8").splitlines()))
+
+    def __call__(self, body: dict[str, Any]) -> str:
+        messages = body.get("messages") or []
+        shown = " ".join(_message_text(m) for m in messages)
+        found = _local_time(shown)
+        if found is None:
+            raise LookupError("the request names no local time")
+        lang, local = found
+        candidates = self._by_time.get((lang, local), [])
+        scored = sorted(
+            ((sum(1 for t in c.texts if t in shown), i) for i, c in enumerate(candidates)),
+            reverse=True,
+        )
+        if not scored or (len(scored) > 1 and scored[0][0] == scored[1][0]):
+            raise LookupError(f"{len(scored)} scenarios match {lang} {local}")
+        chosen = candidates[scored[0][1]]
+        json_form = isinstance(body.get("response_format"), dict)
+        return right_reply(chosen.lang, chosen.expect, local[-5:], json_form=json_form)
+
+
+def right_reply(lang: str, expect: dict[str, Any], clock: str, *, json_form: bool) -> str:
+    """The reply an expectation calls for at `clock` (HH:MM), with a thought before it."""
+    push = bool(expect.get("push"))
+    urgency = expect.get("urgency") or "routine"
+    mentions = expect.get("mentions") or []
+    named, plain = RIGHT_LINES[lang]
+    line = named.format(mentions[0], clock) if mentions else plain.format(clock)
+    body = line if push else ""
+    thought = RIGHT_THOUGHT[lang]
+    if json_form:
+        decision = "push" if push else "no_push"
+        return json.dumps(
+            {"thought": thought, "decision": decision, "channel": "auto", "urgency": urgency,
+             "body": body},
+            ensure_ascii=False,
+        )  # fmt: skip
+    if lang == "zh":
+        tags = f"[我决定:push]\n[紧急:{urgency}]" if push else "[我决定:no_push]"
+    else:
+        tags = f"[decision:push]\n[urgency:{urgency}]" if push else "[decision:no_push]"
+    return f"{thought}\n{tags}\n{body}".rstrip()
+
+
+def _local_time(shown: str) -> tuple[str, str] | None:
+    for lang, marker in zip(("zh", "en"), NOW_MARKERS, strict=True):
+        start = shown.rfind(marker)
+        if start >= 0:
+            begin = start + len(marker)
+            return lang, shown[begin : begin + LOCAL_TIME_CHARS]
+    return None
+
+
+def _local(at: str, zone: str | None) -> str:
+    when = datetime.fromisoformat(at)
+    if zone is not None and when.tzinfo is not None:
+        when = when.astimezone(ZoneInfo(zone))
+    return when.strftime("%Y-%m-%d %H:%M")
+
+
+def expected_of(lines: Iterable[str]) -> list[Expected]:
+    """Every scenario and every beat of every day in a scenario file, as expected replies."""
+    out = []
+    for line in lines:
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        doc = json.loads(line)
+        zone = doc.get("timezone")
+        if "day" in doc:
+            texts: list[str] = []
+            for beat in doc["day"]:
+                texts += [m["text"] for m in beat.get("history") or []]
+                local = _local(beat["at"], zone)
+                out.append(Expected(doc["lang"], local, tuple(texts), beat["expect"]))
+        else:
+            texts = [m["text"] for m in doc.get("history") or []]
+            local = _local(doc["at"], zone)
+            out.append(Expected(doc["lang"], local, tuple(texts), doc["expect"]))
+    return out
+
+
 def _error(status: int, headers: dict[str, str], message: str = "scripted failure") -> Response:
     body = {"error": {"message": message, "type": "fake_error", "code": str(status)}}
     return JSONResponse(body, status_code=status, headers=headers)
@@ -682,8 +867,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one")
     parser.add_argument("--reply", default=DEFAULT_REPLY, help="default reply text")
     parser.add_argument("--replies", type=Path, help="JSON Lines file of scripted items")
+    parser.add_argument(
+        "--right", type=Path, help="answer each scenario of this eval file as it expects"
+    )
     parser.add_argument("--model", action="append", help="a model id /v1/models lists")
     parser.add_argument("--no-models", action="store_true", help="answer 404 on /v1/models")
+    parser.add_argument("--tools-mode", choices=TOOLS_MODES, default="script")
     args = parser.parse_args(argv)
 
     fake = FakeOpenAI(
@@ -692,8 +881,11 @@ def main(argv: list[str] | None = None) -> int:
         models_endpoint=not args.no_models,
         port=args.port,
     )
+    fake.tools_mode = args.tools_mode
     if args.replies is not None:
         fake.script(*load_replies(args.replies))
+    if args.right is not None:
+        fake.responder = RightReplies.from_file(args.right)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

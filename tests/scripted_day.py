@@ -140,13 +140,16 @@ async def run_day(url: str) -> list[RoundRecord]:
     await at(6, 50)
     model.push(push("暴雨预警，出门一定带伞。", "critical"))
     await heartbeat()
-    # 07:30 the model has nothing to say, then says it badly.
+    # 07:30 the model has nothing to say; 07:40 nothing is new, so it is not asked again;
+    # 07:45 a cron round always asks, and it says it badly.
     await at(7, 30)
     model.push("[我决定:no_push]")
     await heartbeat()
+    await at(7, 40)
+    await heartbeat()
     await at(7, 45)
     model.push("嗯……也许说点什么？")
-    await heartbeat()
+    await heartbeat(trigger="cron")
     # 08:00 the owner writes from the phone; a heartbeat right after is skipped.
     await at(8, 0)
     await owner_says("在地铁上，好困", "phone")
@@ -242,10 +245,10 @@ async def run_day(url: str) -> list[RoundRecord]:
     model.stall.set()
     await first
     model.stall = None
-    # 22:50 the daily cap is reached.
+    # 22:50 the daily cap is reached (a cron round: a heartbeat would see nothing new).
     await at(22, 50)
     model.push(push("明天见。", "warning"))
-    await heartbeat()
+    await heartbeat(trigger="cron")
 
     model.assert_complete()
     found = await rounds.list(limit=100)

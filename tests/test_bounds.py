@@ -28,13 +28,14 @@ NO_PUSH = "[我决定:no_push]"
 SPEAKER_NOTE = "[发言归属] "
 
 
-def settings(**prompt: Any) -> Settings:
+def settings(*, tools: bool = True, **prompt: Any) -> Settings:
     return Settings.model_validate(
         {
             "owner": {"id": "o", "name": "开拓者", "timezone": "Asia/Shanghai"},
             "persona": {"id": "cyrene", "name": "昔涟"},
             "prompt": {"dir": str(PROMPTS), **prompt},
             "gate": {"default_channel": "web", "quiet_hours": ""},
+            "tools": {"enabled": tools},
         }
     )
 
@@ -104,7 +105,10 @@ async def test_attribution_notes_follow_the_kept_messages() -> None:
     items += [("user", f"u{i}" + "嗯" * 800, None) for i in range(6)]
     store = await seeded(items)
     model = ScriptedModel(NO_PUSH)
-    rig = make_rig(settings(max_chars=7000), model=model, messages=store, clock=FakeClock(T0))
+    # Without tools, no share of the budget is kept for tool steps: six messages fit.
+    rig = make_rig(
+        settings(max_chars=7000, tools=False), model=model, messages=store, clock=FakeClock(T0)
+    )
     await rig.thinker.run_round("o", "heartbeat")
     sent = model.calls[0]
     assert total_chars(sent) <= 7000
@@ -195,3 +199,30 @@ def test_cli_dry_run_and_round_are_bounded(workdir: Workdir, fake: FakeOpenAI) -
     assert [m["content"] for m in sent.body["messages"]][:-1] == texts[:-1]
     (record,) = json.loads(workdir.cli("rounds", "--json").stdout)
     assert "history_trimmed: dropped 0 oldest, cut 1" in record["notes"]
+
+
+async def test_a_reply_past_max_tokens_is_kept_cut_with_a_marker() -> None:
+    """A reply longer than model.max_tokens allows is stored cut, head and footer, and noted."""
+    reply = "想" * 2_000_000 + "\n[我决定:push]\n" + "好" * 700
+    model = ScriptedModel(reply)
+    s = settings()
+    rig = make_rig(s, model=model, clock=FakeClock(T0))
+    record = await rig.thinker.run_round("o", "heartbeat")
+    limit = s.model.max_tokens * 16
+    assert record.raw_reply is not None and len(record.raw_reply) <= limit
+    assert record.raw_reply.startswith("想" * 100) and record.raw_reply.endswith("好" * 100)
+    assert "characters cut: the reply is longer than model.max_tokens allows" in record.raw_reply
+    assert f"reply_cut: kept {limit} of {len(reply)} characters" in " ".join(record.notes)
+    assert record.reason == "body_too_long" and record.push is False
+    stored = await rig.rounds.get(record.id)
+    assert stored is not None and stored.raw_reply == record.raw_reply
+
+
+async def test_a_body_far_too_long_is_kept_cut() -> None:
+    """A body past max_body_chars is no push; its record keeps no more than the reply bound."""
+    model = ScriptedModel("[我决定:push]\n" + "好" * 50_000)
+    s = settings()
+    rig = make_rig(s, model=model, clock=FakeClock(T0))
+    record = await rig.thinker.run_round("o", "heartbeat")
+    assert record.push is False and record.body is not None
+    assert len(record.body) <= s.model.max_tokens * 16 and "characters cut" in record.body

@@ -269,6 +269,55 @@ async def test_slow_receiver_times_out_retryably(receiver: WebhookReceiver) -> N
     assert caught.value.detail.startswith("timed out after 0.3s")
 
 
+class StatusDribbler:
+    """A real local receiver that reads the POST, then sends its status line a byte at a time."""
+
+    DRIP_S = 0.05  # seconds between two bytes: far inside the socket's read timeout
+    LINE = b"HTTP/1.1 200 OK" + b" " * 100_000  # never ends: there is no line break
+
+    def __init__(self) -> None:
+        self.server: asyncio.Server | None = None
+        self.closed = asyncio.Event()
+
+    async def __aenter__(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/hook"
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            for byte in self.LINE:
+                writer.write(bytes([byte]))
+                await writer.drain()
+                await asyncio.sleep(self.DRIP_S)
+        except ConnectionError:
+            pass
+        finally:
+            self.closed.set()
+            writer.close()
+
+
+async def test_a_receiver_dribbling_its_status_line_times_out_at_timeout_s(
+    receiver: WebhookReceiver,
+) -> None:
+    """A byte every 50 ms never trips a read timeout; the attempt still ends at timeout_s."""
+    started = time.perf_counter()
+    await within(webhook(receiver.url, timeout_s=SHORT_TIMEOUT_S).send(outgoing()))
+    normal_s = time.perf_counter() - started
+    async with StatusDribbler() as url:
+        started = time.perf_counter()
+        with pytest.raises(DeliveryError) as caught:
+            await within(webhook(url, timeout_s=SHORT_TIMEOUT_S).send(outgoing()))
+        took = time.perf_counter() - started
+    assert caught.value.retryable is True
+    assert caught.value.detail.startswith("timed out after 0.3s")
+    assert took <= SHORT_TIMEOUT_S + 20 * normal_s + StatusDribbler.DRIP_S * 4
+
+
 async def test_connection_refused_is_retryable() -> None:
     """Nobody listening on the port fails with a retryable "connection refused"."""
     channel = webhook(f"http://127.0.0.1:{closed_port()}/hook")

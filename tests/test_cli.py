@@ -117,7 +117,8 @@ def test_dry_run_calls_nothing(workdir: Workdir, fake: FakeOpenAI) -> None:
         "model: fake-model",
         "max_tokens: 400",
     ]
-    assert [line.split(":")[1].strip() for line in head[4:]] == [
+    assert head[4] == "tools: 4 offered in full, 888 of tools.max_chars = 2000 characters"
+    assert [line.split(":")[1].strip() for line in head[5:]] == [
         "memory_search",
         "remember",
         "capability_list",
@@ -198,8 +199,9 @@ def test_no_endpoint_says_what_is_missing(workdir: Workdir) -> None:
     assert "ok  database:" in check.stdout
 
 
-def test_check_passes_against_endpoint(workdir: Workdir) -> None:
-    """check validates config, prompts, database and endpoint."""
+def test_check_passes_against_endpoint(workdir: Workdir, fake: FakeOpenAI) -> None:
+    """check validates config, prompts, database, endpoint and its use of tools."""
+    fake.tools_mode = "call"
     out = workdir.cli("check").stdout
     assert [line.split(":")[0] for line in out.splitlines()] == [
         "ok  config",
@@ -207,6 +209,7 @@ def test_check_passes_against_endpoint(workdir: Workdir) -> None:
         "ok  channels",
         "ok  database",
         "ok  model",
+        "ok  tools",
     ]
 
 

@@ -39,7 +39,7 @@ def test_shipped_configs_load() -> None:
     assert default.database.url == f"sqlite+aiosqlite:///{ROOT}/var/backthink.db"
     assert default.state.file == ROOT / "var/state.json"
     assert set(example.channels) == {"web", "phone", "telegram"}
-    assert example.gate.default_channel == "web"
+    assert example.gate.default_channel is None  # "": the session, then any that can deliver
 
 
 def test_defaults_without_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,17 +9,21 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from conftest import Workdir
-from fake_openai import FakeOpenAI, rough_tokens
+from fake_openai import FakeOpenAI, RightReplies, rough_tokens
 from hypothesis import given
 from hypothesis import strategies as st
 from webhook_receiver import WebhookReceiver
 
-from backthink.evaluation.figures import RunResult, percentile, rates, ratio, report, verdict
+from backthink.evaluation.figures import RunResult, kappa, percentile, rates, ratio
+from backthink.evaluation.report import report
 from backthink.evaluation.scenarios import load_scenarios
+from backthink.evaluation.table import verdict
 from backthink.models import Urgency
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "eval/scenarios.jsonl"
+DAYS = ROOT / "eval/days.jsonl"
+HOLDOUT = ROOT / "eval/holdout.jsonl"
 # Every gate value the expectations below rely on, written out (the defaults of the
 # design), so a change of a default never silently changes what these tests prove.
 GATE: dict[str, object] = {
@@ -41,8 +45,14 @@ def shipped() -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines if line.strip()]
 
 
+# seconds for one `eval` of a shipped file: some 300 rounds with the baselines'.
+EVAL_TIMEOUT_S = 240
+# seconds for a test that runs the shipped files, on a loaded two-core machine.
+SHIPPED_TEST_TIMEOUT_S = 600
+
+
 def eval_json(workdir: Workdir, *args: str) -> dict[str, Any]:
-    proc = workdir.cli("eval", *args, "--json")
+    proc = workdir.cli("eval", *args, "--json", timeout_s=EVAL_TIMEOUT_S)
     data: dict[str, Any] = json.loads(proc.stdout)
     return data
 
@@ -51,40 +61,47 @@ def eval_json(workdir: Workdir, *args: str) -> dict[str, Any]:
 
 
 def test_the_shipped_set_is_large_bilingual_and_says_why() -> None:
-    """At least 60 valid scenarios, both languages, both labels, each with its reason."""
+    """At least 150 valid scenarios, both languages, both labels, each tagged, with its reason."""
     loaded = load_scenarios(
         SHIPPED.read_text(encoding="utf-8").splitlines(), source="s", owner_tz=SH
     )
     assert loaded.problems == []
+    assert loaded.days == []
     docs = shipped()
-    assert len(loaded.scenarios) == len(docs) >= 60
+    assert len(loaded.scenarios) == len(docs) >= 150
     for lang in ("zh", "en"):
         mine = [d for d in docs if d["lang"] == lang]
-        assert len(mine) >= 30
+        assert len(mine) >= 75
         assert {d["expect"]["push"] for d in mine} == {True, False}
         assert any(d["expect"].get("urgency") == "critical" for d in mine)
-    assert all(len(d["why"]) >= 10 for d in docs)
+    assert all(len(d["why"]) >= 10 and d["tags"] for d in docs)
 
 
+@pytest.mark.timeout(SHIPPED_TEST_TIMEOUT_S)
 def test_a_silent_model_on_the_shipped_set(workdir: Workdir, fake: FakeOpenAI) -> None:
     """A model that never pushes: every reply parsed, no push, recall zero, no false alarm."""
     workdir.write_config(gate=GATE)
     fake.default_reply = "[decision:no_push]"
     data = eval_json(workdir, str(SHIPPED))
-    # 64 scenarios, 32 of which expect a push (16 per language). In 4 of them (two per
-    # language) the owner wrote within the 10-minute activity window, so the pre-gate
-    # skips the round and the model is asked 60 times.
-    assert (data["scenarios"], data["runs"], data["replies"], data["pushes"]) == (64, 64, 60, 0)
-    assert len(fake.chat_requests) == 60
+    # 162 scenarios, 65 of which expect a push. In 4 of them (two per language) the
+    # owner wrote within the 10-minute activity window, so the pre-gate skips the
+    # round and the model is asked 158 times.
+    assert (data["scenarios"], data["runs"], data["replies"], data["pushes"]) == (162, 162, 158, 0)
+    assert len(fake.chat_requests) == 158
     assert data["parse_rate"] == 1.0
     assert data["push_precision"] is None  # nothing pushed: no precision to speak of
     assert data["push_recall"] == 0.0
     assert data["false_alarm_rate"] == 0.0
     assert data["critical_recall"] == 0.0
     assert data["on_point_rate"] is None
+    # Silent all along: no better than chance, and no model figures beyond the gate's.
+    assert data["kappa"] == 0.0
+    assert data["figures"]["model"]["runs"] == 158
+    assert data["figures"]["model"]["pushes"] == 0
+    assert data["baselines"]["never"] == data["figures"]["delivered"]
     for lang in ("zh", "en"):
         figures = data["by_lang"][lang]
-        assert (figures["scenarios"], figures["runs"], figures["replies"]) == (32, 32, 30)
+        assert (figures["scenarios"], figures["runs"], figures["replies"]) == (81, 81, 79)
         assert (figures["parse_rate"], figures["push_recall"]) == (1.0, 0.0)
     skipped = [r["id"] for r in data["results"] if r["outcome"] == "skipped"]
     assert sorted(skipped) == sorted(
@@ -95,40 +112,102 @@ def test_a_silent_model_on_the_shipped_set(workdir: Workdir, fake: FakeOpenAI) -
             "en-conversation-going",
         ]
     )
+    assert all(r["model_push"] is None for r in data["results"] if r["id"] in skipped)
     assert [r["expected_push"] for r in data["results"]] == [d["expect"]["push"] for d in shipped()]
     # Nothing was written where the configured database lives.
     assert not (workdir.path / "bt.db").exists()
 
 
+@pytest.mark.timeout(SHIPPED_TEST_TIMEOUT_S)
 def test_a_model_that_always_pushes_on_the_shipped_set(workdir: Workdir, fake: FakeOpenAI) -> None:
     """Push is what the gate delivers: quiet hours, busy, dnd and backoff hold many back."""
     workdir.write_config(gate=GATE)
     fake.default_reply = "[decision:push]\nThinking of you today, hope all is well."
     data = eval_json(workdir, str(SHIPPED))
-    # Of the 32 expected pushes, 8 are held back because this reply is routine: the
-    # four critical alarms at night (quiet hours) and the two critical and two warning
-    # ones while the owner is busy. 24 are delivered.
-    # Of the 32 expected silences, 4 are skipped before the model; of the other 28 the
-    # gate delivers 12 (per language: leave-me-alone, the nap, the nagging request, the
-    # holiday, the finished chat, nothing-at-all) and holds 16 back (quiet hours 4, busy
-    # and dnd 2, unanswered 1, min_interval 1, per language).
-    assert (data["runs"], data["replies"], data["pushes"]) == (64, 60, 36)
+    # The model wants to push in all 158 rounds it is asked: recall 1, every silence a
+    # false alarm, no better than chance.
+    model = data["figures"]["model"]
+    assert (model["runs"], model["pushes"]) == (158, 158)
+    assert (model["push_recall"], model["false_alarm_rate"], model["kappa"]) == (1.0, 1.0, 0.0)
+    # Of the 65 expected pushes, 22 are held back because this reply is routine: 13 at
+    # night (quiet hours) and 9 while the owner is busy or on do-not-disturb; 43 are
+    # delivered. Of the 97 expected silences, 4 are skipped before the model; the gate
+    # delivers 74 of the other 93 and holds 19 back (quiet hours 10, unavailable 5,
+    # unanswered 2, min_interval 2).
+    assert (data["runs"], data["replies"], data["pushes"]) == (162, 158, 117)
     assert data["parse_rate"] == 1.0
-    assert data["push_precision"] == pytest.approx(24 / 36)
-    assert data["push_recall"] == pytest.approx(24 / 32)
-    assert data["false_alarm_rate"] == pytest.approx(12 / 32)
+    assert data["push_precision"] == pytest.approx(43 / 117)
+    assert data["push_recall"] == pytest.approx(43 / 65)
+    assert data["false_alarm_rate"] == pytest.approx(74 / 97)
     assert data["critical_recall"] == 0.0
+    assert data["kappa"] == 0.0
+    # The always baseline is exactly such a model, asked nothing: the same gate, the
+    # same deliveries (its line names the expected word, so only on_point differs).
+    always = dict(data["baselines"]["always"])
+    delivered = dict(data["figures"]["delivered"])
+    assert always.pop("on_point_rate") > delivered.pop("on_point_rate")
+    assert always == delivered
     reasons = {r["id"]: r["reason"] for r in data["results"]}
     assert reasons["zh-smoke-alarm-at-night"] == "quiet_hours"
     assert reasons["en-carbon-monoxide"] == "unavailable"
     assert reasons["zh-two-unanswered"] == "unanswered"
     assert reasons["en-just-pushed"] == "min_interval"
     assert reasons["en-leave-me-alone"] == "web"
-    for lang in ("zh", "en"):
-        figures = data["by_lang"][lang]
-        assert figures["pushes"] == 18
-        assert figures["push_recall"] == pytest.approx(12 / 16)
-        assert figures["false_alarm_rate"] == pytest.approx(6 / 16)
+    # Every stale follow-up, cancelled plan and repeated nag falls in the day: the gate
+    # lets each one through, and only the model could have held them back. Of the
+    # farewells, two are goodnights the quiet hours cover.
+    for tag in ("stale_followup", "cancelled", "repeat_nag", "farewell"):
+        figures = data["by_tag"][tag]
+        assert figures["figures"]["model"]["false_alarm_rate"] == 1.0, tag
+        wanted = 14 / 16 if tag == "farewell" else 1.0
+        assert figures["false_alarm_rate"] == pytest.approx(wanted), tag
+
+
+@pytest.mark.timeout(SHIPPED_TEST_TIMEOUT_S)
+@pytest.mark.parametrize("output", ["footer", "json_schema"])
+def test_the_right_reply_for_every_scenario_scores_perfectly(
+    workdir: Workdir, fake: FakeOpenAI, output: str
+) -> None:
+    """Answered as each scenario expects, the default gate delivers exactly the expected pushes."""
+    workdir.write_config(f'[model]\noutput = "{output}"\n', gate=GATE)
+    for file in (SHIPPED, HOLDOUT):
+        fake.responder = RightReplies.from_file(file)
+        data = eval_json(workdir, str(file))
+        assert data["errors"] == 0
+        for view in ("model", "delivered"):
+            figures = data["figures"][view]
+            for key in (
+                "parse_rate",
+                "push_precision",
+                "push_recall",
+                "critical_recall",
+                "on_point_rate",
+                "kappa",
+            ):
+                assert figures[key] == 1.0, (file.name, view, key)
+            assert figures["false_alarm_rate"] == 0.0
+        wrong = [r["id"] for r in data["results"] if r["push"] != r["expected_push"]]
+        assert wrong == []
+
+
+@pytest.mark.timeout(SHIPPED_TEST_TIMEOUT_S)
+def test_the_right_replies_on_the_shipped_days(workdir: Workdir, fake: FakeOpenAI) -> None:
+    """Days answered as each beat expects: every expected push delivered, none over budget."""
+    workdir.write_config(gate=GATE)
+    fake.responder = RightReplies.from_file(DAYS)
+    data = eval_json(workdir, str(DAYS))
+    assert (data["scenarios"], data["days"]) == (0, 12)
+    assert (data["day_precision"], data["day_recall"], data["over_budget"]) == (1.0, 1.0, 0)
+    model = data["day_figures"]["model"]
+    assert (model["day_precision"], model["day_recall"], model["kappa"]) == (1.0, 1.0, 1.0)
+    # The always baseline pushes at every beat the gate lets through: over budget.
+    always = data["day_baselines"]["always"]
+    assert always["over_budget"] > 0
+    assert always["day_precision"] < 0.5
+    assert data["day_baselines"]["never"]["pushes"] == 0
+    for day in data["day_results"]:
+        assert len(day["beats"]) >= 10
+        assert day["pushes"] == sum(b["expected_push"] for b in day["beats"]) <= day["max_pushes"]
 
 
 # -- a small set, worked by hand --------------------------------------------------
@@ -258,6 +337,36 @@ url = "{receiver.url}"
     ]
     assert data["results"][3]["problems"] == ["invalid_json"]
     assert data["results"][0]["urgency"] == "critical"
+    # The model's own decisions, before the gate: push, push, push, (unreadable: no
+    # push), no push, push; the two chatting runs asked no model.
+    decided = [(r["model_push"], r["model_urgency"]) for r in data["results"]]
+    assert decided == [
+        (True, "critical"),
+        (True, "routine"),
+        (True, "routine"),
+        (False, "routine"),
+        (False, "routine"),
+        (True, "routine"),
+        (None, None),
+        (None, None),
+    ]
+    model = data["figures"]["model"]
+    assert (model["runs"], model["pushes"]) == (6, 4)
+    # Expected pushes: smoke x2, birthday x2; the model pushed 3 of them (the gate then
+    # held smoke 2 back for quiet hours). Expected silences it was asked: quiet-day x2.
+    assert model["push_recall"] == 0.75
+    assert model["push_precision"] == 0.75
+    assert model["false_alarm_rate"] == 0.5
+    assert model["critical_recall"] == 0.5
+    # Model kappa over 6 pairs: agree 4/6; the model pushed 4/6, 4/6 expected one:
+    # chance = 4/6 * 4/6 + 2/6 * 2/6 = 5/9; kappa = (2/3 - 5/9) / (1 - 5/9) = 1/4.
+    assert data["kappa"] == pytest.approx(0.25)
+    assert data["figures"]["delivered"]["push_recall"] == data["push_recall"]
+    # The baselines ran through the same rigs without a request to the endpoint.
+    assert data["baselines"]["never"]["pushes"] == 0
+    # always: smoke is routine at 03:00 (held back), birthday and quiet-day delivered.
+    always = data["baselines"]["always"]
+    assert (always["runs"], always["pushes"], always["push_recall"]) == (4, 2, 0.5)
 
     # Every request asked for the decision object and offered no tools.
     assert len(fake.chat_requests) == 6
@@ -281,11 +390,18 @@ def test_the_table_shows_each_scenario_and_the_figures(workdir: Workdir, fake: F
     fake.script("[我决定:push]\n今天是你妈妈的生日，记得打个电话。", "[decision:no_push]")
     out = workdir.cli("eval", str(file)).stdout
     rows = {line.split()[0]: line for line in out.splitlines() if line.startswith(("zh-", "en-"))}
-    assert rows["zh-birthday"].split()[1:5] == ["zh", "push", "1/1", "ok"]
-    assert rows["en-quiet-day"].split()[1:5] == ["en", "no_push", "0/1", "ok"]
+    assert rows["zh-birthday"].split()[1:6] == ["zh", "push", "1/1", "1/1", "ok"]
+    assert rows["en-quiet-day"].split()[1:6] == ["en", "no_push", "0/1", "0/1", "ok"]
     figures = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.strip()}
-    assert figures["push_recall"] == ["100.0%", "-", "100.0%"]  # all, en, zh
-    assert figures["false_alarm_rate"] == ["0.0%", "0.0%", "-"]
+    # model, delivered, then the baselines never and always
+    assert figures["push_recall"] == ["100.0%", "100.0%", "0.0%", "100.0%"]
+    assert figures["false_alarm_rate"] == ["0.0%", "0.0%", "0.0%", "100.0%"]
+    assert figures["kappa"] == ["1.00", "1.00", "0.00", "0.00"]
+    # per language: n, kappa, then precision, recall, false alarms of the model, of
+    # what was delivered, and recall and false alarms of the always baseline
+    hundred = "100.0%"
+    assert figures["zh"] == ["1", "-", hundred, hundred, "-", hundred, hundred, "-", hundred, "-"]
+    assert figures["en"] == ["1", "-", "-", "-", "0.0%", "-", "-", "0.0%", "-", hundred]
 
 
 # -- bad lines --------------------------------------------------------------------
@@ -478,7 +594,7 @@ def test_on_point_needs_the_urgency_and_one_of_the_words(
 ) -> None:
     """A right push is on point with at least the urgency and any one mention, any case."""
     result = run(True, True, mentions=mentions, body=body, urgency=urgency, expected_urgency=wanted)
-    assert result.on_point is on_point
+    assert result.on_point() is on_point
 
 
 def test_percentiles_and_verdicts() -> None:
@@ -519,3 +635,169 @@ def test_figures_are_fractions_that_agree_with_each_other(results: list[RunResul
         assert data["push_recall"] * expected == pytest.approx(right)
     assert sum(f["runs"] for f in data["by_lang"].values()) == data["runs"] == len(results)
     assert sum(f["pushes"] for f in data["by_lang"].values()) == data["pushes"]
+
+
+def test_kappa_by_hand() -> None:
+    """Cohen's kappa: full agreement 1, chance 0, contrary below 0, undefined when constant."""
+    assert kappa([]) is None
+    assert kappa([(True, True), (False, False)]) == 1.0
+    assert kappa([(True, False), (False, True)]) == -1.0
+    # A scorer that always pushes agrees only by chance, whatever the labels.
+    assert kappa([(True, True), (True, False), (True, False)]) == 0.0
+    # Both constant and equal: chance explains everything, there is nothing to measure.
+    assert kappa([(False, False), (False, False)]) is None
+    # 10 pairs: agree on 7; decided 5/10, expected 4/10: chance 0.2 + 0.3 = 0.5.
+    pairs = [(True, True)] * 3 + [(True, False)] * 2 + [(False, True)] + [(False, False)] * 4
+    assert kappa(pairs) == pytest.approx((0.7 - 0.5) / 0.5)
+
+
+# -- days ----------------------------------------------------------------------------
+
+
+def day_line(beats: list[dict[str, Any]], max_pushes: int, **more: Any) -> str:
+    doc = {"id": "en-day", "lang": "en", "timezone": "Europe/London", "day": beats,
+           "max_pushes": max_pushes, "why": "test", "tags": ["day"], **more}  # fmt: skip
+    return json.dumps(doc, ensure_ascii=False)
+
+
+DAY = day_line(
+    [
+        # 07:30: they asked last night for a reminder at 8; nothing yet.
+        {
+            "at": "2026-01-20T07:30:00+00:00",
+            "history": [
+                {"role": "user", "text": "remind me at 8 to call the vet",
+                 "at": "2026-01-19T21:00:00+00:00"},
+            ],
+            "expect": {"push": False},
+        },
+        # 08:00: the reminder.
+        {"at": "2026-01-20T08:00:00+00:00", "expect": {"push": True, "mentions": ["vet"]}},
+        # 09:00: they answered at 08:30; nothing to say. The model pushes anyway, and the
+        # gate's history from 08:00 holds it back (minimum interval).
+        {
+            "at": "2026-01-20T09:00:00+00:00",
+            "history": [{"role": "user", "text": "called, thanks",
+                         "at": "2026-01-20T08:30:00+00:00"}],
+            "expect": {"push": False},
+        },
+        # 10:30: nothing to say; the model pushes again and, past the interval, it goes out.
+        {"at": "2026-01-20T10:30:00+00:00", "state": {"availability": "available"},
+         "expect": {"push": False}},
+    ],
+    1,
+)  # fmt: skip
+
+
+@pytest.mark.timeout(SHIPPED_TEST_TIMEOUT_S)
+def test_a_day_keeps_the_gate_history_between_beats(workdir: Workdir, fake: FakeOpenAI) -> None:
+    """Beats share one session: a push at 08:00 holds the 09:00 one back; the day's budget."""
+    workdir.write_config(gate=GATE)
+    file = workdir.path / "day.jsonl"
+    file.write_text(DAY + "\n" + SMALL[2] + "\n", encoding="utf-8")
+    # Single scenarios run first, then the days.
+    fake.script(
+        "[decision:no_push]",  # en-quiet-day
+        "[decision:no_push]",
+        "[decision:push]\nIt is eight: the clinic is expecting your vet call.",
+        "[decision:push]\nHow did the vet call go?",
+        "[decision:push]\nThinking of you this morning.",
+    )
+    data = eval_json(workdir, str(file))
+    assert (data["scenarios"], data["days"]) == (1, 1)
+    # The single scenario's figures know nothing of the day.
+    assert (data["runs"], data["pushes"]) == (1, 0)
+    [day] = data["day_results"]
+    beats = [(b["id"], b["outcome"], b["reason"]) for b in day["beats"]]
+    assert beats == [
+        ("en-day@1", "suppressed", "no_push"),
+        ("en-day@2", "delivered", "web"),
+        ("en-day@3", "suppressed", "min_interval"),
+        ("en-day@4", "delivered", "web"),
+    ]
+    assert (day["pushes"], day["model_pushes"], day["max_pushes"]) == (2, 3, 1)
+    assert day["over_budget"] is True
+    # The 10:30 request saw the 08:00 push and the owner's answer in its session.
+    last = " ".join(str(m["content"]) for m in fake.chat_requests[4].body["messages"])
+    assert "the clinic is expecting your vet call" in last and "called, thanks" in last
+    # Delivered: 2 pushes, 1 right; 1 expected, delivered. The model pushed 3 times.
+    assert (data["day_precision"], data["day_recall"], data["over_budget"]) == (0.5, 1.0, 1)
+    model = data["day_figures"]["model"]
+    assert (model["beats"], model["pushes"], model["day_precision"]) == (4, 3, pytest.approx(1 / 3))
+    assert model["over_budget"] == 1
+    # The always baseline pushes at 07:30, too early; the interval then holds back the
+    # 08:00 and 09:00 lines, and the 10:30 one repeats the 07:30 line word for word.
+    always = data["day_baselines"]["always"]
+    assert (always["beats"], always["pushes"], always["over_budget"]) == (4, 1, 0)
+    assert (always["day_precision"], always["day_recall"]) == (0.0, 0.0)
+
+
+BAD_DAYS = [
+    (day_line([], 1), "day: List should have at least 1 item"),
+    (day_line([{"at": "2026-01-20T09:00:00Z", "expect": {"push": False}},
+               {"at": "2026-01-20T08:00:00Z", "expect": {"push": False}}], 1),
+     "day.1.at: not later than the beat before it"),
+    (day_line([{"at": "2026-01-20T09:00:00Z", "expect": {"push": False},
+                "history": [{"role": "user", "text": "hi", "at": "2026-01-20T10:00:00Z"}]}], 1),
+     "day.0.history.0.at: later than the round's at"),
+    (day_line([{"at": "2026-01-20T09:00:00Z", "expect": {"push": False}, "mood": "x"}], 1),
+     "day.0.mood: unknown key"),
+    (day_line([{"at": "2026-01-20T09:00:00Z", "expect": {"push": False}}], -1),
+     "max_pushes: Input should be greater than or equal to 0"),
+]  # fmt: skip
+
+
+def test_bad_days_get_one_clear_problem() -> None:
+    """A day with no beats, beats out of order, a message after its beat: one problem each."""
+    lines = [text for text, _ in BAD_DAYS] + [DAY]
+    loaded = load_scenarios(lines, source="d.jsonl", owner_tz=SH)
+    assert [d.id for d in loaded.days] == ["en-day"]
+    assert [b.id for b in loaded.days[0].beats] == [f"en-day@{n}" for n in range(1, 5)]
+    for number, (problem, (_, expected)) in enumerate(zip(loaded.problems, BAD_DAYS, strict=True)):
+        assert problem.startswith(f"d.jsonl:{number + 1}: {expected}"), problem
+
+
+# -- comparing runs ------------------------------------------------------------------
+
+
+@pytest.mark.timeout(SHIPPED_TEST_TIMEOUT_S)
+def test_compare_two_saved_runs(workdir: Workdir, fake: FakeOpenAI) -> None:
+    """Two saved runs side by side: each figure, the difference, the scenarios that changed."""
+    workdir.write_config(gate=GATE)
+    file = workdir.path / "small.jsonl"
+    file.write_text("\n".join(SMALL[1:3]) + "\n", encoding="utf-8")
+    fake.default_reply = "[decision:no_push]"
+    silent = workdir.cli("eval", str(file), "--json").stdout
+    fake.default_reply = "[decision:push]\nThinking of you today, hope all is well."
+    pushy = workdir.cli("eval", str(file), "--json").stdout
+    (workdir.path / "a.json").write_text(silent, encoding="utf-8")
+    (workdir.path / "b.json").write_text(pushy, encoding="utf-8")
+    requests = len(fake.chat_requests)
+
+    data = json.loads(workdir.cli("eval", "--compare", "a.json", "b.json", "--json").stdout)
+    assert data["delivered"]["push_recall"] == {"a": 0.0, "b": 1.0, "diff": 1.0}
+    assert data["delivered"]["false_alarm_rate"] == {"a": 0.0, "b": 1.0, "diff": 1.0}
+    assert data["model"]["push_precision"] == {"a": None, "b": 0.5, "diff": None}
+    assert data["better"] == ["zh-birthday"]
+    assert data["worse"] == ["en-quiet-day"]
+    assert data["by_lang"]["en"]["false_alarm_rate"]["diff"] == 1.0
+
+    out = workdir.cli("eval", "--compare", "a.json", "b.json").stdout
+    rows = {line[:30].strip(): line[30:].split() for line in out.splitlines()}
+    assert rows["push_recall"] == ["0.0%", "100.0%", "+100.0", "pp"]
+    assert "right in B, not in A (1): zh-birthday" in out
+    assert "right in A, not in B (1): en-quiet-day" in out
+    assert "days" not in out.splitlines()  # neither run had days
+    # Comparing asks no model.
+    assert len(fake.chat_requests) == requests
+
+
+def test_compare_refuses_what_is_not_a_saved_run(workdir: Workdir) -> None:
+    """A missing file, or one that is not an `eval --json` object, is a usage error."""
+    (workdir.path / "x.json").write_text('{"nope": 1}', encoding="utf-8")
+    proc = workdir.cli("eval", "--compare", "x.json", "missing.json", check=False)
+    assert proc.returncode == 2
+    assert "x.json: not a saved `eval --json` run" in proc.stderr
+    proc = workdir.cli("eval", check=False)
+    assert proc.returncode == 2
+    assert "missing the scenario file" in proc.stderr

@@ -117,3 +117,10 @@ def test_messages_add_refuses_a_huge_image() -> None:
     assert str(info.value) == (
         f"messages add: image: longer than {IMPORT_MAX_IMAGE_CHARS} characters"
     )
+
+
+def test_a_line_nested_too_deep_is_refused_with_its_number() -> None:
+    """A line of nested arrays past the decoder's depth is an input error naming the line."""
+    text = [*lines({"role": "user", "text": "早"}), "[" * 5_000]
+    with pytest.raises(InputError, match=r"^chat.jsonl:2: not valid JSON \(nested too deep\)$"):
+        parse_jsonl(text, source="chat.jsonl", owner_id="o", now=NOW, tz=SHANGHAI)

@@ -445,3 +445,29 @@ async def test_a_server_offers_a_bounded_number_of_tools(
         tools, notes = await open_mcp_tools({"cal": settings}, stack=stack, timeout_s=START_S)
     assert len(tools) == 3
     assert [n for n in notes if n.startswith("mcp_tools_cut: cal: only 3")]
+
+
+async def test_a_program_that_is_no_server_is_one_line_naming_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A command that prints prose is refused at once, in one note and one log line."""
+    chatty = McpServerSettings(
+        command=[
+            sys.executable,
+            "-c",
+            "import sys, time; print('hello, secret notes here'); sys.stdout.flush(); "
+            "time.sleep(60)",
+        ]
+    )
+    started = time.perf_counter()
+    async with asyncio.timeout(TEST_S), AsyncExitStack() as stack:
+        tools, notes = await open_mcp_tools({"notes": chatty}, stack=stack, timeout_s=START_S)
+        decided = time.perf_counter() - started
+    assert tools == []
+    assert notes == [
+        "mcp_unavailable: notes: not an MCP server: it wrote lines that are not JSON-RPC"
+    ]
+    assert decided < START_S / 2, "refused as soon as it spoke, not at the start timeout"
+    logged = [record for record in caplog.records if record.name.startswith("mcp")]
+    assert logged == [], [record.getMessage() for record in logged]
+    assert "secret notes" not in caplog.text

@@ -276,7 +276,7 @@ async def test_hostile_memory_text_stays_text(stores: Stores, text: str) -> None
 
 
 async def test_a_forgotten_text_leaves_no_token_in_the_index(tmp_path: Path) -> None:
-    """After forget, the FTS shadow tables and vocabulary hold none of the text's trigrams."""
+    """After forget, neither index holds any of the text's trigrams or words."""
     path = tmp_path / "bt.db"
     db, _, _ = await open_store(f"sqlite+aiosqlite:///{path}")
     store = SqlMemoryStore(db)
@@ -291,8 +291,15 @@ async def test_a_forgotten_text_leaves_no_token_in_the_index(tmp_path: Path) -> 
         vocab = {t for (t,) in raw.execute("SELECT term FROM memory_fts_vocab")}
         blobs = b"".join(bytes(b) for (b,) in raw.execute("SELECT block FROM memory_fts_data") if b)
         left = raw.execute("SELECT count(*) FROM memory WHERE text = ?", (secret,)).fetchone()
+        raw.execute("CREATE VIRTUAL TABLE temp.words USING fts5vocab(main, memory_words, row)")
+        words = {t for (t,) in raw.execute("SELECT term FROM temp.words")}
+        found = raw.execute(
+            "SELECT count(*) FROM memory_words WHERE memory_words MATCH ?",
+            (recall.words_query(recall.terms_of(secret)),),
+        ).fetchone()
     assert not vocab & set(recall.trigrams(secret))
     assert all(t.encode() not in blobs for t in recall.trigrams(secret))
+    assert not words & set(recall.terms_of(secret)) and found == (0,)
     assert left == (0,)
     assert secret.encode() not in path.read_bytes()
 
@@ -460,15 +467,33 @@ async def test_upgrading_to_memory_keeps_rows_and_indexes_old_messages(tmp_path:
 # The pure term logic.
 
 
-def test_terms_are_cjk_trigrams_and_long_latin_words() -> None:
-    """CJK runs give 3-grams; latin words of four or more letters give themselves, lowercased."""
+def test_terms_are_cjk_bigrams_and_latin_stems() -> None:
+    """CJK runs give 2-grams; latin words of three letters or more their stems, lowercased."""
     assert recall.terms_of("钢琴比赛 Piano day, c++ 2026 好的") == [
-        "钢琴比",
-        "琴比赛",
+        "钢琴",
+        "琴比",
+        "比赛",
+        "好的",
         "piano",
+        "day",
         "2026",
     ]
-    assert recall.terms_of("don't a-b AND 好的 OR") == []
+    assert recall.terms_of("don't a-b AND OR") == []
+    assert recall.terms_of("Painting, painted and paints; hiking") == ["paint", "hik"]
+
+
+def test_a_stem_matches_at_a_word_start_only() -> None:
+    """A latin term is found where a word begins with it, in any of its forms."""
+    assert recall.contains("We went HIKING yesterday", "hik")
+    assert not recall.contains("the chiking place", "hik")
+    assert recall.contains("钢琴比赛好玩", "琴比")
+    assert recall.contains("打pokemon", "pokemon")
+
+
+def test_the_words_index_holds_words_and_cjk_bigrams() -> None:
+    """The words index reads latin words whole and CJK runs as overlapping 2-grams."""
+    assert recall.index_text("我去Paris看钢琴比赛!") == "我去 Paris 看钢 钢琴 琴比 比赛"
+    assert recall.words_query(["钢琴", "paint"]) == '"钢琴" OR "paint"*'
 
 
 def test_a_term_is_quoted_as_one_string() -> None:
@@ -488,25 +513,38 @@ def test_no_text_breaks_a_match_query(text: str) -> None:
 
 
 def test_weak_matches_are_gated() -> None:
-    """One short term is not enough; two terms or one long latin word are."""
-    assert not recall.strong(["钢琴比"])
+    """One short term, or one 3-character CJK string, is not enough; more, or a long word, are."""
+    assert not recall.strong(["钢琴"])
+    assert not recall.strong(["下周", "周六"])
     assert not recall.strong(["piano"])
-    assert recall.strong(["钢琴比", "琴比赛"])
+    assert recall.strong(["钢琴", "琴比", "比赛"])
+    assert recall.strong(["钢琴", "比赛"])
+    assert recall.strong(["piano", "sister"])
     assert recall.strong(["recital"])
+    assert recall.strong(["piano"], specific={"piano"})
+
+
+def test_a_short_rare_word_is_enough_only_as_a_name_or_number() -> None:
+    """A name past a sentence's first word, or a number, counts as specific; a plain word not."""
+    assert recall.named("I just got a new addition, this is Max!", "max")
+    assert recall.named("we met in 2019", "2019")
+    assert not recall.named("Max is here", "max")
+    assert not recall.named("the trek is booked", "trek")
 
 
 def test_a_term_only_the_window_holds_weighs_nothing() -> None:
     """Terms with no document outside the window, or in too many, are dropped."""
     weights = recall.weigh(
-        {"钢琴比": 1.0, "新词汇": 1.0, "常见词": 1.0}, {"钢琴比": 2, "常见词": 5000}, 10_000
+        {"钢琴": 1.0, "新词": 1.0, "常见": 1.0}, {"钢琴": 2, "常见": 5000}, 10_000
     )
-    assert list(weights) == ["钢琴比"]
+    assert list(weights) == ["钢琴"]
 
 
 def test_recency_weighs_newer_messages_more() -> None:
-    """A term of the newest message weighs 1.0, one a message older 0.85."""
+    """A term of the newest message weighs 1.0, one a message older RECENCY_DECAY."""
     window = [msg("钢琴比赛"), msg("piano")]
-    assert recall.recency(window) == {"piano": 1.0, "钢琴比": 0.85, "琴比赛": 0.85}
+    older = recall.RECENCY_DECAY
+    assert recall.recency(window) == {"piano": 1.0, "钢琴": older, "琴比": older, "比赛": older}
 
 
 def test_a_bad_memory_is_refused_by_the_model() -> None:

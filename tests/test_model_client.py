@@ -393,3 +393,78 @@ async def test_fake_server_runs_as_a_process(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         returncode = await within(proc.wait())
     assert returncode == 0
+
+
+class Dribbler:
+    """A real local endpoint that answers headers at once, then its body one byte at a time."""
+
+    DRIP_S = 0.05  # seconds between two bytes: far inside any read timeout
+
+    def __init__(self) -> None:
+        self.attempts = 0
+        self.server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}/v1"
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.attempts += 1
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(
+                int(line.split(b":")[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+            await reader.readexactly(length)
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                b"content-length: 1000000\r\n\r\n"
+            )
+            while True:
+                writer.write(b" ")
+                await writer.drain()
+                await asyncio.sleep(self.DRIP_S)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+
+async def test_a_dribbling_endpoint_is_cut_off_within_the_call_budget(
+    make_client: ClientFactory,
+) -> None:
+    """Headers, then a byte every 50 ms: each attempt ends at timeout_s, the call within budget."""
+    from backthink.model.attempt import call_budget
+
+    normal_started = time.perf_counter()
+    await within(make_client(timeout_s=0.4, max_retries=1).complete(MESSAGES))
+    normal_s = time.perf_counter() - normal_started
+    async with Dribbler() as base_url, asyncio.timeout(4 * call_budget(0.4, 1)):
+        dribbler_client = make_client(base_url=base_url, timeout_s=0.4, max_retries=1)
+        started = time.perf_counter()
+        with pytest.raises(ModelTimeoutError, match=r"^model endpoint timed out after 0\.4s$"):
+            await dribbler_client.complete(MESSAGES)
+        took = time.perf_counter() - started
+    # Two attempts of 0.4 s and the SDK's pause between them (0.5 s at most, no hint).
+    assert took <= call_budget(0.4, 1) + 20 * normal_s
+    assert dribbler_client.model_name == "test-model"
+
+
+async def test_a_call_whose_retries_outlast_the_budget_ends_at_the_budget(
+    fake: FakeOpenAI, make_client: ClientFactory
+) -> None:
+    """A server asking to retry in a minute does not hold the call past its budget."""
+    from backthink.model.attempt import call_budget
+
+    fake.script(Fail(503, retry_after_s=60.0), "[decision:no_push]")
+    budget = call_budget(0.3, 1)
+    async with asyncio.timeout(4 * budget):
+        with pytest.raises(ModelTimeoutError, match=r"no complete answer within"):
+            await make_client(timeout_s=0.3, max_retries=1).complete(MESSAGES)

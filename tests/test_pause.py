@@ -34,6 +34,8 @@ def settings() -> Settings:
             "owner": {"id": "o", "timezone": "Asia/Shanghai"},
             "prompt": {"dir": str(PROMPTS)},
             "gate": {"quiet_hours": "", "activity_window": "10m"},
+            # Every heartbeat asks the model here; skipping unchanged ones is test_unchanged.py's.
+            "schedule": {"skip_unchanged": False},
         }
     )
 
@@ -248,6 +250,7 @@ def test_status_without_a_daemon(cli: Workdir, fake: FakeOpenAI) -> None:
         "pending_deliveries": 0,
         "channels": {"web": "ok"},
         "model": "ok",
+        "disk": "ok",
     }
     cli.think_json()
     cli.cli("pause", "--for", "2h")

@@ -61,6 +61,24 @@ async def test_a_2_mb_trigger_gets_one_json_error_and_the_server_goes_on(served:
     assert len(await served.rounds.list()) == 1
 
 
+@pytest.mark.parametrize("ended", [True, False], ids=["with_line_break", "still_coming"])
+async def test_a_17_kb_line_is_refused_at_once(served: Served, ended: bool) -> None:
+    """The refusal comes as soon as the line is too long, never after the read timeout."""
+    line = json.dumps({"trigger": "长" * 6_000}).encode() + (b"\n" if ended else b"")
+    assert len(line) > poke.MAX_REQUEST_BYTES
+    reader, writer = await asyncio.open_unix_connection(str(served.path))
+    try:
+        writer.write(line)
+        await writer.drain()
+        # The client keeps its side open and waits: well within the server's read timeout.
+        answer = await asyncio.wait_for(reader.readline(), poke.READ_TIMEOUT_S / 4)
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    assert json.loads(answer) == {"error": "the request is longer than 16384 bytes"}
+    assert await served.rounds.list() == []
+
+
 async def test_a_long_trigger_is_refused_before_any_round(served: Served) -> None:
     """A trigger past 500 characters is refused; no round runs."""
     with pytest.raises(BackthinkError, match=r"the trigger is longer than 500 characters"):

@@ -8,7 +8,8 @@ from pathlib import Path
 from backthink.errors import StoreError
 from backthink.models import Outcome
 from backthink.records import RoundRecord
-from backthink.round.record import Recorder, Spill
+from backthink.round.record import Recorder
+from backthink.round.spill import Spill
 from backthink.store import MemoryRoundStore
 
 T0 = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
@@ -88,3 +89,33 @@ async def test_a_start_takes_over_claimed_records_without_a_spill_file(tmp_path:
     assert await recorder.drain() == 0  # after a save, only the spill file is looked for
     assert await recorder.drain(thorough=True) == 1
     assert await rounds.get("r8") == record("r8")
+
+
+async def test_a_full_disk_keeps_the_record_in_the_reserve_and_status_says_so(
+    tmp_path: Path,
+) -> None:
+    """The database and the spill file refused for a full disk: the reserve keeps the record."""
+    from backthink.host.status import disk_state
+    from backthink.round.spill import RESERVE_BYTES
+
+    path = tmp_path / "bt.db.spill.jsonl"
+    spill = Spill(path)
+    assert spill.prepare() and spill.reserve.stat().st_size == RESERVE_BYTES
+    # Every write to the spill file fails as on a full disk (ENOSPC); the reserve was
+    # allocated before, so writing into it needs no new space.
+    path.symlink_to("/dev/full")
+    rounds = RefusingRounds()
+    recorder = Recorder(rounds, spill=spill)
+    assert await recorder.save(record("r1")) is False
+    assert spill.in_reserve() == 1
+    assert spill.reserve.stat().st_size == RESERVE_BYTES
+    disk = disk_state(path)
+    assert disk.full and disk.waiting == 1 and "wait in the reserve" in disk.describe()
+
+    path.unlink()  # room again
+    rounds.refuse = False
+    assert await recorder.save(record("r2")) is True
+    assert [r.id for r in await rounds.list(limit=10)] == ["r2", "r1"]
+    assert spill.in_reserve() == 0 and not disk_state(path).full
+    stored = await rounds.get("r1")
+    assert stored is not None and stored.raw_reply == "私密的回复"

@@ -81,7 +81,7 @@ async def test_check_shows_the_model_url_without_credentials(
             "prompt": {"dir": str(ROOT / "backthink/prompts")},
         }
     )
-    lines = [line async for line in run_checks(settings)]
+    lines = [checked.line async for checked in run_checks(settings)]
     model_line = next(line for line in lines if line.startswith("model:"))
     assert "hunter2" not in model_line
     assert "http://***@127.0.0.1" in model_line

@@ -16,6 +16,7 @@ async def test_scripted_day_covers_every_reason(tmp_path: Path) -> None:
         ("suppressed", "quiet_hours"),
         ("delivered", "web"),
         ("suppressed", "no_push"),
+        ("skipped", "unchanged"),
         ("suppressed", "parse_failed"),
         ("skipped", "owner_active"),
         ("suppressed", "owner_active"),
@@ -39,4 +40,4 @@ async def test_scripted_day_covers_every_reason(tmp_path: Path) -> None:
         ("suppressed", "daily_cap"),
     ]
     assert records[2].urgency is not None and records[2].urgency.value == "critical"
-    assert records[15].trigger == "startup"
+    assert records[16].trigger == "startup"

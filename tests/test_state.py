@@ -106,3 +106,10 @@ def test_a_file_at_the_limit_is_read(tmp_path: Path) -> None:
     assert path.stat().st_size == 200
     assert FileStateProvider(path, MAX_AGE, max_bytes=200).read(AT).known
     assert FileStateProvider(path, MAX_AGE, max_bytes=199).read(AT).problem == "state_too_large"
+
+
+def test_a_document_nested_too_deep_is_invalid(tmp_path: Path) -> None:
+    """Arrays nested past the decoder's depth make the state unknown, never a failed round."""
+    deep = provider(tmp_path, "[" * 20_000).read(AT)
+    assert deep.problem is StateProblem.INVALID
+    assert deep.note == "state_invalid: not JSON (nested too deep)"

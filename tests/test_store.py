@@ -353,6 +353,7 @@ async def test_a_round_round_trips_every_field(rounds: AnyRoundStore) -> None:
         notes=["quiet hours ignored", "状态未知"],
         tools=[ToolUse(name="memory_search", ok=True, ms=1.5, args_chars=12)],
         recalled=[MemoryRef(kind="thought", id=3), MemoryRef(kind="message", id=41)],
+        digest="9f" * 32,
     )
     await rounds.save(full)
     loaded = await rounds.get("r1")
@@ -384,6 +385,18 @@ async def test_rounds_list_newest_first_per_owner_and_limited(rounds: AnyRoundSt
     assert [r.id for r in await rounds.list(owner_id="ana")] == ["r3", "r2", "r0"]
     assert [r.id for r in await rounds.list(owner_id="ana", limit=2)] == ["r3", "r2"]
     assert await rounds.list(owner_id="nobody") == []
+
+
+async def test_last_asked_is_the_newest_round_with_a_digest_since(rounds: AnyRoundStore) -> None:
+    """last_asked skips rounds that called no model, other owners, and rounds before `since`."""
+    await rounds.save(record("r0", at=T0, digest="a"))
+    await rounds.save(record("r1", at=T0 + timedelta(minutes=30), digest="b"))
+    await rounds.save(record("r2", at=T0 + timedelta(minutes=60)))  # skipped: no model call
+    await rounds.save(record("r3", at=T0 + timedelta(minutes=90), owner="bo", digest="c"))
+    found = await rounds.last_asked("ana", T0)
+    assert found is not None and (found.id, found.digest) == ("r1", "b")
+    assert await rounds.last_asked("ana", T0 + timedelta(minutes=31)) is None
+    assert await rounds.last_asked("nobody", T0) is None
 
 
 # SQLite specifics.
@@ -546,6 +559,10 @@ async def test_a_new_database_gets_the_schema_the_revisions_build(
             f"{table}_fts{suffix}"
             for table in ("memory", "message")
             for suffix in ("", "_config", "_data", "_docsize", "_idx", "_vocab")
+        } | {
+            f"{table}_words{suffix}"
+            for table in ("memory", "message")
+            for suffix in ("", "_config", "_data", "_docsize", "_idx")
         }
         plain = {"alembic_version", "api_token", "delivery", "mark", "memory", "message"}
         plain |= {"owner", "round"}

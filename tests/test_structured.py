@@ -101,6 +101,7 @@ def obj(**fields: Any) -> str:
                      id="code_fence"),
         pytest.param("[我决定:push]\n你好", False, R, None, "", [INVALID_JSON], id="a_footer"),
         pytest.param(json.dumps([obj()]), False, R, None, "", [NOT_AN_OBJECT], id="a_list"),
+        pytest.param("[" * 5000, False, R, None, "", [INVALID_JSON], id="nested_too_deep"),
         pytest.param(obj(body=None), False, R, None, "", [MISSING_FIELD], id="missing_body"),
         pytest.param(obj(urgency=None), False, R, None, "", [MISSING_FIELD], id="missing_urgency"),
         pytest.param(obj(extra="x"), False, R, None, "", [UNKNOWN_FIELD], id="unknown_field"),
@@ -373,3 +374,16 @@ def test_think_in_json_mode_shows_and_sends_the_same_response_format(
     schema = shown["response_format"]["json_schema"]["schema"]
     assert schema["properties"]["channel"]["enum"] == ["web", "auto"]
     assert "tools" not in request.body and "tools" not in shown
+
+
+def test_the_older_form_is_learned_once_for_every_process(
+    workdir: Workdir, fake: FakeOpenAI
+) -> None:
+    """A second `think` (another process) sends the older form at once: one refusal in all."""
+    workdir.write_config('[model]\noutput = "json_schema"\n')
+    fake.schema_refusal = 422
+    fake.script(obj(decision="no_push", body=""), obj(decision="no_push", body=""))
+    assert workdir.think_json()["reason"] == "no_push"
+    assert workdir.think_json()["reason"] == "no_push"
+    forms = [r.body["response_format"]["type"] for r in fake.chat_requests]
+    assert forms == ["json_schema", "json_object", "json_object"]

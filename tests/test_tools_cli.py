@@ -46,7 +46,8 @@ def test_rounds_show_the_tool_calls_and_logs_never_their_arguments(
 def test_an_endpoint_that_refuses_tools_is_asked_plainly_and_remembered(
     workdir: Workdir, fake: FakeOpenAI
 ) -> None:
-    workdir.write_config()
+    # The second round sees nothing new; it must still ask, to show it asks plainly.
+    workdir.write_config("[schedule]\nskip_unchanged = false\n")
     fake.script(
         Fail(
             400, retry_after_s=None, message='"auto" tool choice requires --enable-auto-tool-choice'

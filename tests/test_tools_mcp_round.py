@@ -25,6 +25,7 @@ def calendar_config(extra: str = "") -> str:
     return f"""
 [tools]
 timeout = "20s"
+max_chars = 20000  # every calendar tool up front: these rounds are about MCP, not the budget
 
 [tools.mcp.cal]
 command = {command}
@@ -80,6 +81,12 @@ def test_a_server_that_dies_mid_round_is_a_note_and_the_round_goes_on(
     assert workdir.think_json()["reason"] == "no_push"
     answers = [m["content"] for r in fake.chat_requests[1:] for m in r.body["messages"]]
     assert any("server cal stopped" in str(a) for a in answers)
+    # The stopped server's tools are no longer offered on the steps after it stopped.
+    first, *later = [
+        [t["function"]["name"] for t in r.body.get("tools", [])] for r in fake.chat_requests
+    ]
+    assert "cal__agenda_for" in first and "memory_search" in later[0]
+    assert not any(name.startswith("cal__") for names in later for name in names)
     [record] = json.loads(workdir.cli("rounds", "--json").stdout)
     assert [t["ok"] for t in record["tools"]] == [False, False]
     assert [n for n in record["notes"] if n.startswith("mcp_stopped: cal: ")]

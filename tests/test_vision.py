@@ -51,6 +51,8 @@ async def make(fake: FakeOpenAI) -> AsyncIterator[Make]:
                 "owner": {"id": "o", "timezone": "Asia/Shanghai"},
                 "prompt": {"dir": str(PROMPTS)},
                 "gate": {"quiet_hours": ""},
+                # Every heartbeat asks the model here (skipping is test_unchanged.py's).
+                "schedule": {"skip_unchanged": False},
                 "model": {
                     "base_url": fake.base_url,
                     "name": "fake-model",

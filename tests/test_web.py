@@ -7,6 +7,7 @@ or on a free port. The browser tests (test_web_browser.py) cover the rest.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
 import sys
@@ -48,6 +49,8 @@ def settings(**web: object) -> Settings:
             "gate": {"quiet_hours": "23:00-07:00", "min_interval": "0s"},
             "channels": {"web": {"type": "web"}, "phone": {"type": "webhook", "url": HERE}},
             "web": {"listen": "127.0.0.1:8765", **web},
+            # Every heartbeat asks the model here; skipping unchanged ones is test_unchanged.py's.
+            "schedule": {"skip_unchanged": False},
         }
     )
 
@@ -402,3 +405,53 @@ def test_run_says_when_the_page_cannot_listen(workdir: Workdir) -> None:
     assert errors == [
         f"backthink: web.listen '127.0.0.1:{port}': cannot listen: Address already in use"
     ], proc.stderr
+
+
+@pytest.mark.parametrize("day", ["9999-12-31", "0001-01-01", "9999-12-30", "0001-01-02"])
+async def test_the_first_and_last_days_are_not_found(
+    open_page: tuple[App, httpx2.AsyncClient], day: str
+) -> None:
+    """A day at the ends of the calendar is a 404 page and a 400 answer, never a 500."""
+    _, client = open_page
+    page = await client.get(f"/day/{day}")
+    assert page.status_code == 404 and "No such day" in page.text
+    api = await client.get(f"/api/rounds?day={day}")
+    assert api.status_code == 400 and "day runs from" in api.json()["error"]
+    assert (await client.get("/day/9999-12-29")).status_code == 200
+    assert (await client.get("/api/rounds?day=0001-01-03")).status_code == 200
+
+
+async def test_a_round_page_starts_no_server_and_shows_what_the_round_offered(
+    tmp_path: Path,
+) -> None:
+    """Eight views of a round's page start no MCP server; the offered tools come from its record."""
+    starts = tmp_path / "starts.log"
+    calendar = ROOT / "tests" / "mcp_calendar.py"
+    counting = (
+        f"import runpy, sys; open({str(starts)!r}, 'a').write('started\\n'); "
+        f"sys.argv = [{str(calendar)!r}]; runpy.run_path({str(calendar)!r}, run_name='__main__')"
+    )
+    s = Settings.model_validate(
+        {
+            "owner": {"id": "o", "timezone": "Asia/Shanghai"},
+            "prompt": {"dir": str(ROOT / "backthink/prompts")},
+            "state": {"file": None},
+            "gate": {"quiet_hours": ""},
+            "tools": {
+                "max_chars": 100_000,
+                "mcp": {"cal": {"command": [sys.executable, "-c", counting]}},
+            },
+        }
+    )
+    app = make_app(s, ScriptedModel("[我决定:no_push]"))
+    record = await app.thinker.run_round("o", "heartbeat")
+    assert starts.read_text().count("started") == 1
+    assert "cal__agenda_for" in record.offered and "memory_search" in record.offered
+    async with await client_for(app) as client:
+        pages = await asyncio.gather(*(client.get(f"/rounds/{record.id}") for _ in range(8)))
+    assert all(page.status_code == 200 for page in pages)
+    assert starts.read_text().count("started") == 1
+    page = pages[0].text
+    assert "<code>cal__agenda_for</code>" in page
+    assert "a page view starts no server" in page and "tool: memory_search" in page
+    assert "tool: cal__" not in page

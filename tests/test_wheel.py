@@ -117,6 +117,7 @@ def test_wheel_runs_from_anywhere(venv: Path, tmp_path: Path, fake: FakeOpenAI) 
     assert "next: backthink service install --user" in init.stdout
     check = run(bt, "check")
     assert "ok  model: fake-model" in check.stdout
+    fake.reset()  # forget the checks' own requests (their tool probes)
     fake.script(PUSH)
     # The starter config has quiet hours 23:00-07:00: the round must push whatever the hour.
     env.update(BACKTHINK_GATE__QUIET_HOURS="", BACKTHINK_GATE__ACTIVITY_WINDOW="0s")

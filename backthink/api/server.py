@@ -20,6 +20,7 @@ from backthink.api.session import SessionRoutes
 from backthink.delivery.audience import Audience
 from backthink.errors import ConfigError, InputError, StoreError
 from backthink.host.fleet import Fleet
+from backthink.host.limits import API_CONNECTIONS
 from backthink.host.live import Live
 from backthink.host.serving import HttpServer, serve
 from backthink.redact import redact_url
@@ -180,6 +181,7 @@ async def open_api(
             listen=settings.listen,
             ready=ready,
             fields={"relay": redact_url(fleet.settings.relay.upstream) or "model.base_url"},
+            max_connections=API_CONNECTIONS,
         )
     except BaseException:
         await api.close()

@@ -167,7 +167,7 @@ def _check(config: Path) -> str | None:
 
     async def go() -> None:
         async for line in run_checks(load_settings(config)):
-            typer.echo(f"ok  {line}")
+            typer.echo(str(line))
 
     try:
         typer.echo(f"ok  config: {config}")
@@ -322,6 +322,6 @@ def check(ctx: typer.Context) -> None:
 
     async def go() -> None:
         async for line in run_checks(settings):
-            typer.echo(f"ok  {line}")
+            typer.echo(str(line))
 
     run_sync(go())

@@ -9,6 +9,7 @@ import typer
 from backthink.cli.common import OwnerOption, command_context, print_json, run_sync
 from backthink.models import Outcome, Reason
 from backthink.records import RoundRecord
+from backthink.tools.budget import SEARCH_NAME, OfferedTools
 
 
 def think(
@@ -33,27 +34,32 @@ def think(
     settings = c.settings()
     owner_id = c.owner_id(settings)
 
-    async def go() -> RoundRecord | dict[str, Any]:
+    async def go() -> RoundRecord | tuple[dict[str, Any], OfferedTools]:
         async with open_fleet(settings) as fleet:
             a = await fleet.app(owner_id)
             if dry_run:
                 from backthink.model.body import request_body
 
                 request = await a.thinker.prepare(owner_id, trigger)
-                tools = await a.thinker.offered_tools(owner_id)
-                return request_body(
-                    settings.model, request.messages, tools=tools, channels=list(settings.channels)
+                offered = await a.thinker.tool_offer(owner_id)
+                body = request_body(
+                    settings.model,
+                    request.messages,
+                    tools=offered.definitions,
+                    channels=list(settings.channels),
                 )
+                return body, offered
             # With the API on, only the running daemon knows whether a chat app watches.
             await ask_daemon(fleet, a, owner_id)
             return await a.thinker.run_round(owner_id, trigger)
 
     result = run_sync(go())
-    if isinstance(result, dict):
+    if isinstance(result, tuple):
+        body, offered = result
         if as_json:
-            print_json(result)
+            print_json(body)
         else:
-            _print_request(result, has_key=settings.model.api_key is not None)
+            _print_request(body, offered, has_key=settings.model.api_key is not None)
         return
     record = result
     if as_json:
@@ -74,8 +80,12 @@ def think(
         raise typer.Exit(1)
 
 
-def _print_request(body: dict[str, Any], *, has_key: bool) -> None:
-    """Print a chat-completions request as the endpoint receives it, the key redacted."""
+def _print_request(body: dict[str, Any], offered: OfferedTools, *, has_key: bool) -> None:
+    """Print a chat-completions request as the endpoint receives it, the key redacted.
+
+    Before the tools, one line says how much of `tools.max_chars` they take, and
+    which tools wait behind tool_search (offered once a search finds them).
+    """
     typer.echo("POST /chat/completions")
     typer.echo(f"Authorization: Bearer {'<redacted>' if has_key else '(no key)'}")
     typer.echo(f"model: {body['model']}")
@@ -83,7 +93,15 @@ def _print_request(body: dict[str, Any], *, has_key: bool) -> None:
     if "response_format" in body:
         schema = body["response_format"]["json_schema"]
         typer.echo(f"response_format: json_schema {schema['name']} (strict)")
-    for tool in body.get("tools", []):
+    tools = body.get("tools", [])
+    if tools:
+        typer.echo(
+            f"tools: {len(tools)} offered in full, {offered.chars} of "
+            f"tools.max_chars = {offered.max_chars} characters"
+        )
+    if offered.held:
+        typer.echo(f"behind {SEARCH_NAME}: {len(offered.held)}: {', '.join(offered.held)}")
+    for tool in tools:
         function = tool["function"]
         typer.echo(f"tool: {function['name']}: {function['description']}")
     for i, m in enumerate(body["messages"], start=1):

@@ -142,6 +142,10 @@ class ScheduleSettings(_Section):
     startup_greeting: bool = True
     startup_cooldown: Duration = timedelta(hours=1)
     cron: list[str] = Field(default_factory=list)
+    # A heartbeat that would ask the model what the last silent round asked is skipped
+    # (`skipped/unchanged`), until that round is older than `max_silence`.
+    skip_unchanged: bool = True
+    max_silence: Duration = timedelta(hours=4)
 
     @field_validator("cron")
     @classmethod
@@ -155,7 +159,7 @@ class ScheduleSettings(_Section):
                 raise ValueError(f"{expr!r} is not a crontab expression: {exc}") from None
         return value
 
-    @field_validator("heartbeat", "quiet_heartbeat")
+    @field_validator("heartbeat", "quiet_heartbeat", "max_silence")
     @classmethod
     def _positive(cls, value: timedelta) -> timedelta:
         if value <= timedelta(0):
@@ -175,8 +179,14 @@ class GateSettings(_Section):
     max_unanswered: int = Field(default=2, ge=0)
     max_body_chars: int = Field(default=600, ge=1)
     duplicate_window: Duration = timedelta(hours=24)
+    # None ("") means the session channel, then any other channel that can deliver now.
     default_channel: str | None = None
     channel_cooldown: Duration = timedelta(minutes=10)
+
+    @field_validator("default_channel", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
 
 class PromptSettings(_Section):
     """Prompt language, template folder and context size."""
@@ -220,6 +230,9 @@ class MemorySettings(_Section):
     # characters: a round's thought is cut past this before it is kept
     thought_chars: int = Field(default=400, ge=0, le=100_000)
 
+MIN_TOOLS_CHARS = 600
+"""The least `tools.max_chars`: room for tool_search itself and a short list of names."""
+
 _SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,23}")
 
 class McpServerSettings(_Section):
@@ -252,6 +265,9 @@ class ToolsSettings(_Section):
     timeout: Duration = timedelta(seconds=10)
     # characters of one tool result the model sees; the rest is cut out of its middle
     max_result_chars: int = Field(default=2_000, ge=100, le=100_000)
+    # characters of the tool definitions a round offers before the model asks for more
+    # (compact JSON, as sent); past it, tools wait behind tool_search
+    max_chars: int = Field(default=2_000, ge=MIN_TOOLS_CHARS, le=1_000_000)
     mcp: dict[str, McpServerSettings] = Field(default_factory=dict)
 
     @field_validator("mcp")

@@ -163,7 +163,6 @@ socket = {_q(str(data_dir / "backthink.sock"))}
 [gate]
 # The owner's local night: only critical messages pass inside it.
 quiet_hours = "23:00-07:00"
-default_channel = "web"
 
 [channels.web]
 # The main session itself: messages wait there for your chat app.

@@ -14,7 +14,14 @@ from collections.abc import Iterable
 from typing import Final
 
 from backthink.decision.failsafe import ECHOED_FOOTER, ECHOED_PROMPT
-from backthink.decision.overlap import containment, letter_count, normalize, resemblance, shingles
+from backthink.decision.overlap import (
+    containment,
+    joined_lines,
+    letter_count,
+    normalize,
+    resemblance,
+    shingles,
+)
 from backthink.decision.tags import has_tags, without_tags
 from backthink.models import Decision
 
@@ -43,7 +50,9 @@ def reject_echo(decision: Decision, untrusted_texts: Iterable[str]) -> Decision:
     - a copy: most of the body (`ECHO_COPY_SHARE`) comes from the text, or
       the whole body nearly equals the whole text (`ECHO_NEAR_COPY`);
     - a tagged text (one holding footer tags, English or Chinese, full- or
-      half-width, even with invisible characters inside): the reply is refused
+      half-width, even with invisible characters inside, written as HTML
+      entities, with look-alike brackets or letters, or split over lines):
+      the reply is refused
       once a real part (`ECHO_TAGGED_SHARE`) of the text's words appears in the
       body, or of the body's words in the text, or the two are half alike
       (`ECHO_TAGGED_RESEMBLANCE`, for short texts). Such a text is an attempt to
@@ -70,13 +79,13 @@ def reject_echo(decision: Decision, untrusted_texts: Iterable[str]) -> Decision:
         if not body & words:
             continue
         of_body = containment(body, words)
+        alike = resemblance(said, content)
         copied = (len(body) >= ECHO_COPY_MIN_SHINGLES and of_body >= ECHO_COPY_SHARE) or (
-            letter_count(said) >= ECHO_NEAR_COPY_MIN_LETTERS
-            and resemblance(said, content) >= ECHO_NEAR_COPY
+            letter_count(said) >= ECHO_NEAR_COPY_MIN_LETTERS and alike >= ECHO_NEAR_COPY
         )
-        tagged = has_tags(text) and (
+        tagged = (has_tags(text) or has_tags(joined_lines(text))) and (
             max(of_body, containment(words, body)) >= ECHO_TAGGED_SHARE
-            or resemblance(said, content) >= ECHO_TAGGED_RESEMBLANCE
+            or alike >= ECHO_TAGGED_RESEMBLANCE
         )
         if copied or tagged:
             return Decision(problems=[*decision.problems, ECHOED_FOOTER])

@@ -33,7 +33,7 @@ from backthink.protocol import AUTO_CHANNEL, NO_PUSH, PUSH, URGENCY_VALUES
 _NO_PUSH_SPELLINGS: Final = frozenset({NO_PUSH, "no-push", "nopush", "no push"})
 _BODY_LEAD = re.compile(r"[\s*_,，、;；:：|`>—–-]*")
 _FENCE_LINE = re.compile(r"^[^\S\n]*(?:`{3,}|~{3,})[^\S\n]*[\w+#.-]*[^\S\n]*$", re.MULTILINE)
-_TRAILING_FENCE = re.compile(r"(?:`{3,}|~{3,})\s*$")
+FENCE_MARKS = "`~"
 _CHANNEL_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,31}")
 
 
@@ -53,6 +53,22 @@ class Footer:
 def without_fences(visible: str) -> list[str]:
     """The visible lines of a reply, the lines of a code fence around it removed."""
     return _FENCE_LINE.sub("", visible).split("\n")
+
+
+def without_trailing_fence(text: str) -> str:
+    """The text without the run of three or more backticks (or tildes) that ends it.
+
+    Read from the end, never searched for: a search for such a run tried at
+    every backtick of a long run reads the run again each time.
+    """
+    end = len(text.rstrip())
+    for mark in FENCE_MARKS:
+        start = end
+        while start > 0 and text[start - 1] == mark:
+            start -= 1
+        if end - start >= 3:
+            return text[:start]
+    return text
 
 
 def find_footer(lines: Sequence[str]) -> Footer | None:
@@ -107,7 +123,7 @@ def footer_decision(
     channel = _resolve_channel(footer.tags, everywhere, problems)
     urgency = _resolve_urgency(footer.tags, everywhere, problems)
     body = "\n".join([_BODY_LEAD.sub("", footer.rest, count=1), *lines[footer.end + 1 :]])
-    body = _TRAILING_FENCE.sub("", body.strip()).strip()
+    body = without_trailing_fence(body.strip()).strip()
     return settle(
         wants_push,
         body,

@@ -8,7 +8,7 @@ request's own speaker and time notes.
 
 from __future__ import annotations
 
-from backthink.decision.tags import without_tags
+from backthink.decision.tags import without_nested_tags
 from backthink.protocol import ROLE_CONTEXT_MARKER, SPEAKER_SWITCH_MARKER, TIME_MARKER
 
 # Markers of the request's own structure; memory text must not forge them.
@@ -23,11 +23,8 @@ def defuse(text: str) -> str:
     Lines are kept (a tool's result may be a list); nothing in it can pass for
     a footer of the reply or for the request's own speaker and time notes.
     """
-    while True:  # a removed tag may leave brackets that close around a new one
-        stripped = without_tags(text)
-        if stripped == text:
-            break
-        text = stripped
+    # A removed tag may leave brackets that close around a new one: all levels go.
+    text = without_nested_tags(text)
     for marker in _MARKERS:
         text = text.replace(marker, marker[1:-1])
     return text

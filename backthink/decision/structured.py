@@ -133,8 +133,9 @@ def read_object(split: Split) -> tuple[dict[str, str] | None, list[str]]:
         data = json.loads(visible, object_pairs_hook=_no_duplicates, strict=False)
     except _DuplicateKeyError:
         return None, [*problems, DUPLICATE_FIELD]
-    except ValueError:
+    except (ValueError, RecursionError):
         # Extra text around the object lands here too: json.loads wants the whole text.
+        # Arrays nested a thousand deep exhaust the decoder's stack: no object either.
         return None, [*problems, INVALID_JSON]
     if not isinstance(data, dict):
         return None, [*problems, NOT_AN_OBJECT]

@@ -13,6 +13,11 @@ sender: the write-back is its delivery, so its row is committed as sent. With
 the API on, that channel is connected only while the owner's audience is
 there to see it (`backthink.delivery.audience`), and every push, on any
 channel, is announced to the owner's open event streams.
+
+A channel that failed every try is down for a cooldown. That is kept in the
+database (a mark per owner and channel, the end of the cooldown), so the
+daemon, a one-shot `think`, `status` and the workers all see it: a round
+reads it before it chooses a channel (`refresh`).
 """
 
 from __future__ import annotations
@@ -26,9 +31,9 @@ import structlog
 
 from backthink.config import PersonaSettings
 from backthink.delivery.audience import OwnerAudience
-from backthink.errors import DeliveryError
+from backthink.errors import DeliveryError, StoreError
 from backthink.models import Decision, Message
-from backthink.ports import Channel, Clock, Outbox
+from backthink.ports import Channel, Clock, Marks, Outbox
 from backthink.records import Delivery, DeliveryStatus, OutgoingMessage
 
 log = structlog.get_logger("backthink.delivery")
@@ -40,6 +45,9 @@ DEFAULT_COOLDOWN = timedelta(minutes=10)  # a failed channel is skipped this lon
 UNRECORDED_LOOKBACK = timedelta(days=1)
 
 Sleep = Callable[[float], Awaitable[None]]
+
+CHANNEL_DOWN = "channel_down:"
+"""The mark of a channel that failed every try: `channel_down:NAME`, set to the cooldown's end."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +99,8 @@ class Dispatcher:
         backoff_s: Sequence[float] = DEFAULT_BACKOFF_S,
         sleep: Sleep | None = None,
         audience: OwnerAudience | None = None,
+        marks: Marks | None = None,
+        owner_id: str | None = None,
     ) -> None:
         """Create the dispatcher.
 
@@ -107,6 +117,8 @@ class Dispatcher:
             audience: the owner's API clients (None without the API): the session
                 channel is connected only while they are there, and they hear of
                 every push.
+            marks: where the channels' cooldowns are shared with other processes.
+            owner_id: whose channels these are (the marks are per owner).
         """
         self._outbox = outbox
         self._senders = senders
@@ -120,6 +132,8 @@ class Dispatcher:
         self._backoff = tuple(backoff_s)
         self._sleep = sleep or asyncio.sleep
         self._audience = audience
+        self._marks = marks if owner_id is not None else None
+        self._owner = owner_id or ""
 
     @property
     def session_channel(self) -> str | None:
@@ -140,6 +154,33 @@ class Dispatcher:
                 and self._down_until.get(name, now) <= now
             )
         ]
+
+    async def refresh(self) -> None:
+        """Take up the channels' cooldowns as every process left them in the database.
+
+        A read that fails leaves what this process knows as it was.
+        """
+        if self._marks is None:
+            return
+        now = self._clock.now()
+        try:
+            for name in self._senders:
+                until = await self._marks.marked_at(self._owner, CHANNEL_DOWN + name)
+                if until is not None and until > now:
+                    self._down_until[name] = until
+                else:
+                    self._down_until.pop(name, None)
+        except StoreError as exc:
+            log.warning("delivery.health_unread", error=str(exc))
+
+    async def _share(self, name: str, until: datetime) -> None:
+        """Write a channel's cooldown (its end; now when it is up again) for every process."""
+        if self._marks is None:
+            return
+        try:
+            await self._marks.mark(self._owner, CHANNEL_DOWN + name, until)
+        except StoreError as exc:
+            log.warning("delivery.health_unsaved", channel=name, error=str(exc))
 
     def health(self) -> dict[str, str]:
         """Every configured channel with "ok" when it can deliver now, else "down"."""
@@ -267,7 +308,9 @@ class Dispatcher:
                     error=exc.detail,
                 )
                 if give_up:
-                    self._down_until[name] = self._clock.now() + self._cooldown
+                    until = self._clock.now() + self._cooldown
+                    self._down_until[name] = until
+                    await self._share(name, until)
                     return DeliveryResult(
                         sent=False, attempts=attempts, error=str(exc), channel=name
                     )
@@ -281,7 +324,8 @@ class Dispatcher:
                     channel=delivery.channel,
                     attempt=attempts,
                 )
-                self._down_until.pop(name, None)
+                if self._down_until.pop(name, None) is not None:
+                    await self._share(name, self._clock.now())
                 return DeliveryResult(sent=True, attempts=attempts, channel=name)
         raise AssertionError("unreachable: the last attempt always returns")
 
@@ -314,6 +358,7 @@ class Dispatcher:
         finished (it died after the last attempt, before the round's record).
         The caller records each returned delivery's round.
         """
+        await self.refresh()
         pending = await self._outbox.pending(owner_id=owner_id)
         for delivery in pending:
             await self.send(delivery)

@@ -1,19 +1,26 @@
-"""The figures of an evaluation: pure arithmetic over the runs' results, and their table.
+"""The figures of an evaluation: pure arithmetic over the runs' results.
 
-A run is one round of one scenario. `push` is what the gate delivered, not
-what the model wanted: a routine push at 3 a.m. that quiet hours held back is
-no push. Every rate is a fraction in 0..1, or None when it has nothing to be
-a fraction of (no run expected a push, no reply came back).
+A run is one round of one scenario. Each run is judged twice: by what the
+model decided before any gate (`model`), and by what the gate delivered
+(`delivered`): a routine push at 3 a.m. that quiet hours held back is the
+model's push but no delivered one. Every rate is a fraction in 0..1, or None
+when it has nothing to be a fraction of (no run expected a push, no reply
+came back).
 
 - parse_rate: replies whose decision could be read, among the runs that got a
   reply (a run the pre-gate skipped asked no model, and a failed call has none);
 - push_precision: runs expected to push, among the runs that pushed;
 - push_recall: runs that pushed, among the runs expected to push;
 - false_alarm_rate: runs that pushed, among the runs expected to stay silent;
-- critical_recall: runs delivered at critical urgency, among the runs whose
+- critical_recall: runs pushed at critical urgency, among the runs whose
   scenario expects a critical push;
 - on_point_rate: among the right pushes, those that also carry at least the
-  expected urgency and mention one of the expected words.
+  expected urgency and mention one of the expected words;
+- kappa: Cohen's kappa of the pushes against the expected ones, agreement
+  beyond what chance gives at the same push rates.
+
+The model view leaves out the runs where no model decided (the pre-gate
+skipped the round, the call failed).
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from backthink.models import Urgency
 
@@ -34,50 +41,65 @@ RATES = (
     "critical_recall",
     "on_point_rate",
 )
+View = Literal["model", "delivered"]
 
 
 @dataclass(frozen=True)
 class RunResult:
-    """One run of one scenario, as scored."""
+    """One run of one scenario (or one beat of a day), as scored."""
 
     id: str
     lang: str
     run: int
     expected_push: bool
     push: bool
+    """Whether the gate delivered a push."""
     outcome: str
     reason: str
     expected_urgency: Urgency | None = None
     mentions: tuple[str, ...] = ()
     urgency: Urgency | None = None
-    """The urgency the model decided on, when a decision was read."""
+    """The urgency of the round's decision, when one was read."""
     body: str | None = None
+    model_push: bool | None = None
+    """The model's own decision before the gate; None when no model decided."""
+    model_urgency: Urgency | None = None
+    model_body: str | None = None
     replied: bool = False
     parsed: bool | None = None
     """Whether the reply's decision could be read; None without a reply."""
     problems: list[str] = field(default_factory=list)
+    tags: tuple[str, ...] = ()
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     latency_ms: float | None = None
 
-    @property
-    def right_push(self) -> bool:
-        """Pushed, and the scenario expects a push."""
-        return self.push and self.expected_push
+    def pushed(self, view: View) -> bool:
+        """Whether this run pushed, as the model decided or as the gate delivered."""
+        return bool(self.model_push) if view == "model" else self.push
 
-    @property
-    def on_point(self) -> bool:
+    def right_push(self, view: View = "delivered") -> bool:
+        """Pushed, and the scenario expects a push."""
+        return self.pushed(view) and self.expected_push
+
+    def on_point(self, view: View = "delivered") -> bool:
         """A right push with at least the expected urgency and one of the expected words."""
-        if not self.right_push:
+        if not self.right_push(view):
             return False
+        urgency = self.model_urgency if view == "model" else self.urgency
         if self.expected_urgency is not None:
-            got = _RANK[self.urgency] if self.urgency is not None else 0
+            got = _RANK[urgency] if urgency is not None else 0
             if got < _RANK[self.expected_urgency]:
                 return False
         if self.mentions:
-            body = (self.body or "").casefold()
+            body = ((self.model_body if view == "model" else self.body) or "").casefold()
             return any(word.casefold() in body for word in self.mentions)
         return True
+
+    def critical(self, view: View) -> bool:
+        """Pushed at critical urgency."""
+        urgency = self.model_urgency if view == "model" else self.urgency
+        return self.pushed(view) and urgency is Urgency.CRITICAL
 
     def to_json(self) -> dict[str, Any]:
         """One entry of the report's `results`."""
@@ -87,19 +109,24 @@ class RunResult:
             "run": self.run,
             "push": self.push,
             "expected_push": self.expected_push,
+            "model_push": self.model_push,
+            "model_urgency": _value(self.model_urgency),
             "outcome": self.outcome,
             "reason": self.reason,
-            "urgency": self.urgency.value if self.urgency is not None else None,
-            "expected_urgency": (
-                self.expected_urgency.value if self.expected_urgency is not None else None
-            ),
-            "on_point": self.on_point if self.right_push else None,
+            "urgency": _value(self.urgency),
+            "expected_urgency": _value(self.expected_urgency),
+            "on_point": self.on_point() if self.right_push() else None,
             "parsed": self.parsed,
             "problems": self.problems,
             "body": self.body,
+            "tags": list(self.tags),
             "tokens": {"prompt": self.prompt_tokens, "completion": self.completion_tokens},
             "latency_ms": self.latency_ms,
         }
+
+
+def _value(urgency: Urgency | None) -> str | None:
+    return urgency.value if urgency is not None else None
 
 
 def ratio(part: int, whole: int) -> float | None:
@@ -107,10 +134,30 @@ def ratio(part: int, whole: int) -> float | None:
     return part / whole if whole else None
 
 
-def rates(results: Sequence[RunResult]) -> dict[str, Any]:
-    """The counts and rates of a set of runs (all of them, or one language's)."""
+def kappa(pairs: Sequence[tuple[bool, bool]]) -> float | None:
+    """Cohen's kappa of (decided, expected) pairs; None without pairs or when chance agrees fully.
+
+    `(p_o - p_e) / (1 - p_e)`: `p_o` the share of pairs that agree, `p_e` the
+    agreement two independent raters with the same push rates would reach.
+    """
+    if not pairs:
+        return None
+    n = len(pairs)
+    agree = sum(1 for decided, expected in pairs if decided == expected) / n
+    decided = sum(1 for d, _ in pairs if d) / n
+    expected = sum(1 for _, e in pairs if e) / n
+    chance = decided * expected + (1 - decided) * (1 - expected)
+    if math.isclose(chance, 1.0):
+        return None
+    return (agree - chance) / (1 - chance)
+
+
+def rates(results: Sequence[RunResult], view: View = "delivered") -> dict[str, Any]:
+    """The counts and rates of a set of runs, as the model decided or as the gate delivered."""
+    if view == "model":
+        results = [r for r in results if r.model_push is not None]
     replied = [r for r in results if r.replied]
-    pushed = [r for r in results if r.push]
+    pushed = [r for r in results if r.pushed(view)]
     expected = [r for r in results if r.expected_push]
     silent = [r for r in results if not r.expected_push]
     right = [r for r in pushed if r.expected_push]
@@ -123,11 +170,56 @@ def rates(results: Sequence[RunResult]) -> dict[str, Any]:
         "parse_rate": ratio(sum(1 for r in replied if r.parsed), len(replied)),
         "push_precision": ratio(len(right), len(pushed)),
         "push_recall": ratio(len(right), len(expected)),
-        "false_alarm_rate": ratio(sum(1 for r in silent if r.push), len(silent)),
-        "critical_recall": ratio(
-            sum(1 for r in critical if r.push and r.urgency is Urgency.CRITICAL), len(critical)
-        ),
-        "on_point_rate": ratio(sum(1 for r in right if r.on_point), len(right)),
+        "false_alarm_rate": ratio(sum(1 for r in silent if r.pushed(view)), len(silent)),
+        "critical_recall": ratio(sum(1 for r in critical if r.critical(view)), len(critical)),
+        "on_point_rate": ratio(sum(1 for r in right if r.on_point(view)), len(right)),
+        "kappa": kappa([(r.pushed(view), r.expected_push) for r in results]),
+    }
+
+
+@dataclass(frozen=True)
+class DayRun:
+    """One run of one day: its beats in order, and the most pushes it should deliver."""
+
+    id: str
+    lang: str
+    run: int
+    max_pushes: int
+    beats: list[RunResult]
+    tags: tuple[str, ...] = ()
+
+    def pushes(self, view: View = "delivered") -> int:
+        """How many beats pushed, as decided or as delivered."""
+        return sum(1 for beat in self.beats if beat.pushed(view))
+
+    def to_json(self) -> dict[str, Any]:
+        """One entry of the report's `day_results`."""
+        return {
+            "id": self.id,
+            "lang": self.lang,
+            "run": self.run,
+            "max_pushes": self.max_pushes,
+            "pushes": self.pushes(),
+            "model_pushes": self.pushes("model"),
+            "over_budget": self.pushes() > self.max_pushes,
+            "beats": [beat.to_json() for beat in self.beats],
+        }
+
+
+def day_rates(days: Sequence[DayRun], view: View = "delivered") -> dict[str, Any]:
+    """Day figures over every beat of every day run: precision, recall and days over budget."""
+    beats = [beat for day in days for beat in day.beats]
+    figures = rates(beats, view)
+    return {
+        "days": len(days),
+        "beats": figures["runs"],
+        "pushes": figures["pushes"],
+        "day_precision": figures["push_precision"],
+        "day_recall": figures["push_recall"],
+        "false_alarm_rate": figures["false_alarm_rate"],
+        "critical_recall": figures["critical_recall"],
+        "over_budget": sum(1 for day in days if day.pushes(view) > day.max_pushes),
+        "kappa": figures["kappa"],
     }
 
 
@@ -138,97 +230,3 @@ def percentile(values: Sequence[float], share: float) -> float | None:
     ordered = sorted(values)
     rank = max(1, math.ceil(share * len(ordered)))
     return ordered[rank - 1]
-
-
-def report(
-    results: Sequence[RunResult],
-    *,
-    scenarios: int,
-    model: str,
-    output: str,
-    invalid: Sequence[str] = (),
-) -> dict[str, Any]:
-    """The whole `eval --json` object."""
-    langs = sorted({r.lang for r in results})
-    by_lang = {}
-    for lang in langs:
-        subset = [r for r in results if r.lang == lang]
-        by_lang[lang] = {"scenarios": len({r.id for r in subset}), **rates(subset)}
-    latencies = [r.latency_ms for r in results if r.replied and r.latency_ms is not None]
-    prompt = sum(r.prompt_tokens or 0 for r in results)
-    completion = sum(r.completion_tokens or 0 for r in results)
-    return {
-        "scenarios": scenarios,
-        **rates(results),
-        "model": model,
-        "output": output,
-        "by_lang": by_lang,
-        "tokens": {"prompt": prompt, "completion": completion, "total": prompt + completion},
-        "latency_ms": {
-            "mean": sum(latencies) / len(latencies) if latencies else None,
-            "p50": percentile(latencies, 0.5),
-            "p95": percentile(latencies, 0.95),
-            "max": max(latencies) if latencies else None,
-        },
-        "results": [r.to_json() for r in results],
-        "invalid": list(invalid),
-    }
-
-
-def verdict(runs: Sequence[RunResult]) -> str:
-    """How a scenario's runs went, in a word: ok, missed, false alarm, or k/K right."""
-    right = sum(1 for r in runs if r.push == r.expected_push)
-    if right == len(runs):
-        return "ok"
-    if right == 0:
-        return "missed" if runs[0].expected_push else "false alarm"
-    return f"{right}/{len(runs)} right"
-
-
-def render_table(data: dict[str, Any], results: Sequence[RunResult]) -> str:
-    """The human table: one row per scenario, then the figures overall and per language."""
-    order: list[str] = []
-    grouped: dict[str, list[RunResult]] = {}
-    for r in results:
-        if r.id not in grouped:
-            order.append(r.id)
-        grouped.setdefault(r.id, []).append(r)
-    width = max([len("scenario"), *(len(i) for i in order)])
-    repeat = len(results) // len(order) if order else 0
-    lines = [
-        f"{data['scenarios']} scenarios x {repeat} run{'s' if repeat != 1 else ''}, "
-        f"model {data['model']}, output {data['output']}",
-        "",
-        f"{'scenario':<{width}}  lang  expect     pushed  verdict       last outcome",
-    ]
-    for sid in order:
-        runs = grouped[sid]
-        last = runs[-1]
-        expect = "push" if last.expected_push else "no_push"
-        pushed = f"{sum(r.push for r in runs)}/{len(runs)}"
-        lines.append(
-            f"{sid:<{width}}  {last.lang:<4}  {expect:<9}  {pushed:<6}  {verdict(runs):<12}  "
-            f"{last.outcome}/{last.reason}"
-        )
-    columns = ["all", *data["by_lang"]]
-    figures = [data, *data["by_lang"].values()]
-    lines += ["", f"{'':<17}" + "".join(f"{c:>9}" for c in columns)]
-    for key in ("runs", "replies", "pushes", "errors"):
-        lines.append(f"{key:<17}" + "".join(f"{f[key]:>9}" for f in figures))
-    for key in RATES:
-        lines.append(f"{key:<17}" + "".join(f"{_percent(f[key]):>9}" for f in figures))
-    tokens, latency = data["tokens"], data["latency_ms"]
-    lines.append("")
-    lines.append(
-        f"tokens: {tokens['prompt']} prompt + {tokens['completion']} completion; latency: "
-        f"p50 {_ms(latency['p50'])}, p95 {_ms(latency['p95'])}, max {_ms(latency['max'])}"
-    )
-    return "\n".join(lines)
-
-
-def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.1f}%"
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0f} ms"

@@ -12,8 +12,8 @@ configured database, channels or MCP servers.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,8 +22,10 @@ from backthink.config.owners import config_owners, owner_settings
 from backthink.decision.failsafe import UNREADABLE
 from backthink.decision.reply import read_reply
 from backthink.errors import InputError
-from backthink.evaluation.figures import RunResult, report
-from backthink.evaluation.scenarios import Loaded
+from backthink.evaluation.baselines import NAMES, CannedModel, baseline_reply
+from backthink.evaluation.figures import DayRun, RunResult
+from backthink.evaluation.report import report
+from backthink.evaluation.scenarios import Loaded, LoadedDay
 from backthink.host.app import build_app, read_persona_prompt
 from backthink.models import Message, Outcome, StateProblem, StateReading
 from backthink.ports import Channel, ModelClient
@@ -37,19 +39,25 @@ FALLBACK_CHANNEL = "web"
 
 
 class ScenarioState:
-    """The state provider of one scenario: its `state` object, judged at the round's time.
+    """The state provider of a run: the current scenario's (or beat's) `state`, judged at its time.
 
     A state without `updated_at` counts as written at the scenario's time, the
-    way a state file is dated by when it was last written.
+    way a state file is dated by when it was last written. A day shows each
+    beat's state in turn.
     """
 
-    def __init__(self, doc: dict[str, Any] | None, settings: Settings, written: datetime) -> None:
-        self._raw = None if doc is None else json.dumps(doc, ensure_ascii=False)
+    def __init__(self, settings: Settings) -> None:
+        self._raw: str | None = None
         self._max_age = settings.state.max_age
+        self._written: datetime | None = None
+
+    def show(self, doc: dict[str, Any] | None, written: datetime) -> None:
+        """From now on, the state file holds `doc` (None: there is no state file)."""
+        self._raw = None if doc is None else json.dumps(doc, ensure_ascii=False)
         self._written = written
 
     def read(self, at: datetime) -> StateReading:
-        """The scenario's state as the round sees it."""
+        """The current state as the round sees it."""
         if self._raw is None:
             return StateReading(problem=StateProblem.NOT_CONFIGURED)
         return parse_state(self._raw, at=at, max_age=self._max_age, fallback_time=self._written)
@@ -101,12 +109,15 @@ def eval_settings(settings: Settings, loaded: Loaded) -> Settings:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """What `backthink eval` ran: the results of every run and the model it asked."""
+    """What `backthink eval` ran: every run of the model and of the baselines, and the model."""
 
     results: list[RunResult]
     scenarios: int
     model: str
     output: str
+    days: list[DayRun] = field(default_factory=list)
+    baselines: dict[str, list[RunResult]] = field(default_factory=dict)
+    day_baselines: dict[str, list[DayRun]] = field(default_factory=dict)
 
     def to_json(self, *, invalid: Sequence[str] = ()) -> dict[str, Any]:
         """The `--json` object."""
@@ -116,6 +127,9 @@ class Evaluation:
             model=self.model,
             output=self.output,
             invalid=list(invalid),
+            baselines=self.baselines,
+            days=self.days,
+            day_baselines=self.day_baselines,
         )
 
 
@@ -126,26 +140,135 @@ async def run_eval(
     model: ModelClient,
     owner_id: str,
     repeat: int = 1,
+    days: Sequence[LoadedDay] = (),
+    baselines: bool = True,
 ) -> Evaluation:
-    """Run every scenario `repeat` times, one after another, each on a fresh app.
+    """Run every scenario and day `repeat` times, one after another, each on a fresh app.
 
     Runs go one at a time: a local server answers one request at a time anyway,
-    and a scripted endpoint answers in order. The persona prompt is read once
-    per language (without a file of its own, the shipped persona speaks the
-    scenario's language).
+    and a scripted endpoint answers in order. The baselines ask no model and
+    always answer alike, so they run once per scenario and day. The persona
+    prompt is read once per language (without a file of its own, the shipped
+    persona speaks the scenario's language).
     """
-    personas: dict[str, str] = {}
+    personas = Personas(settings)
     results: list[RunResult] = []
     for loaded in scenarios:
-        lang = loaded.scenario.lang
-        if lang not in personas:
-            personas[lang] = read_persona_prompt(eval_settings(settings, loaded))
         for run in range(1, repeat + 1):
             record = await run_scenario(
-                settings, loaded, model=model, owner_id=owner_id, persona_prompt=personas[lang]
+                settings, loaded, model=model, owner_id=owner_id, persona_prompt=personas[loaded]
             )
             results.append(result_of(loaded, run, record, settings))
-    return Evaluation(results, len(scenarios), model.model_name, settings.model.output)
+    day_runs = [
+        await run_day(settings, day, run, model=model, owner_id=owner_id, personas=personas)
+        for day in days
+        for run in range(1, repeat + 1)
+    ]
+    evaluation = Evaluation(
+        results, len(scenarios), model.model_name, settings.model.output, days=day_runs
+    )
+    if not baselines:
+        return evaluation
+    output = settings.model.output
+    for name in NAMES:
+        canned = CannedModel(name)
+
+        def answer(loaded: Loaded, canned: CannedModel = canned, name: str = name) -> None:
+            canned.answer = baseline_reply(name, loaded.scenario, output)
+
+        evaluation.baselines[name] = []
+        for loaded in scenarios:
+            answer(loaded)
+            record = await run_scenario(
+                settings, loaded, model=canned, owner_id=owner_id, persona_prompt=personas[loaded]
+            )
+            evaluation.baselines[name].append(result_of(loaded, 1, record, settings))
+        evaluation.day_baselines[name] = [
+            await run_day(
+                settings,
+                day,
+                1,
+                model=canned,
+                owner_id=owner_id,
+                personas=personas,
+                before=answer,
+            )
+            for day in days
+        ]
+    return evaluation
+
+
+class Personas:
+    """The persona prompt per language, read once."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._read: dict[str, str] = {}
+
+    def __getitem__(self, loaded: Loaded) -> str:
+        lang = loaded.scenario.lang
+        if lang not in self._read:
+            self._read[lang] = read_persona_prompt(eval_settings(self._settings, loaded))
+        return self._read[lang]
+
+
+class Session:
+    """One owner's isolated world: in-memory stores, a fake clock, recording channels.
+
+    A scenario gets a session of its own; a day keeps one session for all its
+    beats, so what the gate delivered at one beat is in the history of the next.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        first: Loaded,
+        *,
+        model: ModelClient,
+        owner_id: str,
+        persona_prompt: str,
+    ) -> None:
+        self.fitted = eval_settings(settings, first)
+        self.owner_id = owner_id
+        self.messages = MemoryMessageStore()
+        self.rounds = MemoryRoundStore()
+        self.clock = FakeClock(first.at.astimezone(UTC))
+        self.state = ScenarioState(self.fitted)
+        senders: dict[str, Channel] = {
+            name: RecordingChannel(name)
+            for name, channel in self.fitted.channels.items()
+            if not isinstance(channel, WebChannelSettings)
+        }
+        self.app = build_app(
+            self.fitted,
+            messages=self.messages,
+            rounds=self.rounds,
+            outbox=MemoryOutbox(self.messages, self.rounds),
+            model=model,
+            clock=self.clock,
+            state=self.state,
+            channels=senders,
+            persona_prompt=persona_prompt,
+            sleep=no_sleep,
+        )
+
+    async def play(self, loaded: Loaded) -> RoundRecord:
+        """Add the scenario's messages, stand the clock and the state at its time, run a round."""
+        for item in loaded.scenario.history:
+            await self.messages.add(
+                Message(
+                    owner_id=self.owner_id,
+                    role=item.role,
+                    text=item.text,
+                    speaker=item.speaker,
+                    channel=item.channel,
+                    origin=item.origin,
+                    created_at=loaded.history_at(item),
+                )
+            )
+        self.clock.set(loaded.at.astimezone(UTC))
+        self.state.show(loaded.scenario.state, loaded.at)
+        return await self.app.thinker.run_round(self.owner_id, loaded.scenario.trigger)
 
 
 async def run_scenario(
@@ -157,47 +280,44 @@ async def run_scenario(
     persona_prompt: str,
 ) -> RoundRecord:
     """One round of one scenario on a fresh, isolated app; returns its record."""
-    fitted = eval_settings(settings, loaded)
-    messages = MemoryMessageStore()
-    rounds = MemoryRoundStore()
-    for item in loaded.scenario.history:
-        await messages.add(
-            Message(
-                owner_id=owner_id,
-                role=item.role,
-                text=item.text,
-                speaker=item.speaker,
-                channel=item.channel,
-                origin=item.origin,
-                created_at=loaded.history_at(item),
-            )
-        )
-    senders: dict[str, Channel] = {
-        name: RecordingChannel(name)
-        for name, channel in fitted.channels.items()
-        if not isinstance(channel, WebChannelSettings)
-    }
-    app = build_app(
-        fitted,
-        messages=messages,
-        rounds=rounds,
-        outbox=MemoryOutbox(messages, rounds),
-        model=model,
-        clock=FakeClock(loaded.at.astimezone(UTC)),
-        state=ScenarioState(loaded.scenario.state, fitted, loaded.at),
-        channels=senders,
-        persona_prompt=persona_prompt,
-        sleep=no_sleep,
+    session = Session(
+        settings, loaded, model=model, owner_id=owner_id, persona_prompt=persona_prompt
     )
-    return await app.thinker.run_round(owner_id, loaded.scenario.trigger)
+    return await session.play(loaded)
+
+
+async def run_day(
+    settings: Settings,
+    day: LoadedDay,
+    run: int,
+    *,
+    model: ModelClient,
+    owner_id: str,
+    personas: Personas,
+    before: Callable[[Loaded], None] | None = None,
+) -> DayRun:
+    """One run of a day: its beats in order on one app; `before` is called ahead of each beat."""
+    first = day.beats[0]
+    session = Session(
+        settings, first, model=model, owner_id=owner_id, persona_prompt=personas[first]
+    )
+    beats = []
+    for beat in day.beats:
+        if before is not None:
+            before(beat)
+        record = await session.play(beat)
+        beats.append(result_of(beat, run, record, settings))
+    return DayRun(day.id, day.day.lang, run, day.day.max_pushes, beats, tuple(day.day.tags))
 
 
 def result_of(loaded: Loaded, run: int, record: RoundRecord, settings: Settings) -> RunResult:
-    """Score one run: what the gate delivered against what the scenario expects."""
+    """Score one run: the model's decision and what the gate delivered, against the expectation."""
     expect = loaded.scenario.expect
     problems: list[str] = []
     parsed: bool | None = None
+    decision = None
     if record.raw_reply is not None:
+        # The model's own decision, read once as the round read it, before any gate.
         decision = read_reply(
             record.raw_reply,
             output=settings.model.output,
@@ -217,9 +337,13 @@ def result_of(loaded: Loaded, run: int, record: RoundRecord, settings: Settings)
         reason=record.reason,
         urgency=record.urgency,
         body=record.body,
+        model_push=decision.push if decision is not None else None,
+        model_urgency=decision.urgency if decision is not None else None,
+        model_body=decision.body if decision is not None and decision.body else None,
         replied=record.raw_reply is not None,
         parsed=parsed,
         problems=problems,
+        tags=tuple(loaded.scenario.tags),
         prompt_tokens=record.prompt_tokens,
         completion_tokens=record.completion_tokens,
         latency_ms=record.latency_ms,

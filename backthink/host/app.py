@@ -25,6 +25,7 @@ from backthink.errors import ConfigError, ModelNotConfiguredError
 from backthink.ports import (
     Channel,
     Clock,
+    Marks,
     MemoryStore,
     MessageStore,
     ModelClient,
@@ -34,8 +35,9 @@ from backthink.ports import (
 )
 from backthink.round.pause import Pauses
 from backthink.round.prompts import PromptBook, owner_display_name
-from backthink.round.record import Recorder, Spill
+from backthink.round.record import Recorder
 from backthink.round.request import RequestBuilder
+from backthink.round.spill import Spill
 from backthink.round.state import FileStateProvider
 from backthink.round.thinker import Thinker
 from backthink.store import (
@@ -183,7 +185,7 @@ def build_app(
     if memories is None:
         memories = MemoryMemoryStore(messages if isinstance(messages, MemoryMessageStore) else None)
     if isinstance(model, _FromSettings):
-        model = model_from_settings(settings)
+        model = model_from_settings(settings, marks=rounds, clock=clock)
     senders = dict(channels) if channels is not None else build_channels(settings.channels)
     order = [*settings.channels, *(name for name in senders if name not in settings.channels)]
     dispatcher = Dispatcher(
@@ -196,6 +198,8 @@ def build_app(
         cooldown=settings.gate.channel_cooldown,
         sleep=sleep,
         audience=audience.of(settings.owner.id) if audience is not None else None,
+        marks=rounds,
+        owner_id=settings.owner.id,
     )
     requests = RequestBuilder(
         settings,
@@ -224,6 +228,7 @@ def build_app(
         clock=clock,
         memories=memories,
         pauses=pauses,
+        rounds=rounds,
         offer=ToolOffer(
             settings,
             clock=clock,
@@ -250,12 +255,21 @@ def build_app(
     )
 
 
-def model_from_settings(settings: Settings) -> OpenAIModelClient | None:
+def model_from_settings(
+    settings: Settings, *, marks: Marks | None = None, clock: Clock | None = None
+) -> OpenAIModelClient | None:
+    """The model client of the settings (None: no endpoint configured).
+
+    With `marks` and `clock`, what the client learns of the endpoint is kept
+    for every process (see `backthink.model.learned`).
+    """
     # Imported here: the openai SDK is the slowest import of the daemon, and the
     # commands that never call a model (messages, rounds) need not pay for it.
     from backthink.model.client import OpenAIModelClient
 
     try:
-        return OpenAIModelClient(settings.model, channels=list(settings.channels))
+        return OpenAIModelClient(
+            settings.model, channels=list(settings.channels), marks=marks, clock=clock
+        )
     except ModelNotConfiguredError:
         return None

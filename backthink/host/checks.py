@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 from backthink.config import Settings
 from backthink.errors import BackthinkError, ModelNotConfiguredError
 from backthink.host.app import MODEL_MISSING_HINT, build_app
 from backthink.model.client import OpenAIModelClient
 from backthink.model.local import find_local_servers, ports_to_ask
+from backthink.model.probe import ToolSupport, probe_tools
 from backthink.redact import redact_url
 from backthink.store import open_database
 
@@ -18,8 +20,22 @@ class CheckError(BackthinkError):
     """A check found a problem; the message names it."""
 
 
-async def run_checks(settings: Settings) -> AsyncIterator[str]:
+@dataclass(frozen=True)
+class Checked:
+    """One check that passed: its line, and whether it passed with a warning."""
+
+    line: str
+    warn: bool = False
+
+    def __str__(self) -> str:
+        return ("warn " if self.warn else "ok  ") + self.line
+
+
+async def run_checks(settings: Settings) -> AsyncIterator[Checked]:
     """Run every check in order, yielding one line per check that passed.
+
+    A warning passes: rounds still run, but something the owner configured
+    will not work (an endpoint that ignores tools).
 
     Raises:
         CheckError: the first problem, as one line naming what is wrong.
@@ -32,10 +48,10 @@ async def run_checks(settings: Settings) -> AsyncIterator[str]:
         raise CheckError(f"prompts: {exc}") from None
     folder = settings.prompt.dir or "shipped with the package"
     persona = settings.persona.prompt_file or "shipped default"
-    yield (f"prompts: {folder} ({settings.prompt.language}); persona: {persona}")
+    yield Checked(f"prompts: {folder} ({settings.prompt.language}); persona: {persona}")
 
     kinds = ", ".join(f"{name} ({c.type})" for name, c in settings.channels.items())
-    yield f"channels: {kinds or 'none configured'}"
+    yield Checked(f"channels: {kinds or 'none configured'}")
 
     safe_url = redact_url(settings.database.url)
     try:
@@ -45,20 +61,26 @@ async def run_checks(settings: Settings) -> AsyncIterator[str]:
             await store.rounds.check_writable()
     except BackthinkError as exc:
         raise CheckError(f"database {safe_url}: {exc}") from None
-    yield (f"database: {safe_url}")
+    yield Checked(f"database: {safe_url}")
 
     try:
         client = OpenAIModelClient(settings.model)
     except ModelNotConfiguredError:
         raise CheckError(f"model: {MODEL_MISSING_HINT}{await _local_hint(None)}") from None
+    t = settings.tools
+    tools_on = t.enabled and t.max_steps > 0 and settings.model.output != "json_schema"
     try:
         async with client:
             detail = await client.probe()
+            # Only when rounds offer tools: the probe is one more model call.
+            tools = await probe_tools(client) if tools_on else None
     except BackthinkError as exc:
         raise CheckError(f"model: {exc}{await _local_hint(settings.model.base_url)}") from None
-    yield (
+    yield Checked(
         f"model: {settings.model.name} at {redact_url(settings.model.base_url or '')} ({detail})"
     )
+    if tools is not None:
+        yield Checked(f"tools: {tools.detail}", warn=tools.support is not ToolSupport.CALLS)
 
 
 async def _local_hint(configured: str | None) -> str:

@@ -23,6 +23,7 @@ from backthink.delivery.audience import Audience
 from backthink.errors import BackthinkError, ConfigError
 from backthink.host import poke
 from backthink.host.app import MODEL_MISSING_HINT, settle_heap
+from backthink.host.descriptors import quiet_accept_storms, raise_file_limit
 from backthink.host.fleet import Fleet, open_fleet
 from backthink.host.live import Live, LiveStatus
 from backthink.host.notify import Notifier
@@ -345,6 +346,9 @@ async def run_daemon(
             the API without any owner's token.
     """
     settings.web.check_serving()
+    files = raise_file_limit()
+    quiet_accept_storms(asyncio.get_running_loop())
+    log.info("daemon.files", limit=files)
     # The API's clients, whom every owner's dispatcher asks whether the session
     # channel is watched; without the API it is always connected.
     audience = Audience(settings.api.seen_window) if settings.api.listen else None

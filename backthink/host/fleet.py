@@ -33,7 +33,8 @@ from backthink.models import Language, Owner
 from backthink.ports import Clock, ModelClient, Outbox, OwnerStore
 from backthink.records import RoundRecord
 from backthink.round.prompts import PromptBook
-from backthink.round.record import Recorder, RoundStart, Spill, unstarted_record
+from backthink.round.record import Recorder, RoundStart, unstarted_record
+from backthink.round.spill import Spill
 from backthink.store import SqlStores, open_database
 from backthink.store.claims import OwnerClaims
 
@@ -281,8 +282,9 @@ async def open_fleet(settings: Settings, **overrides: object) -> AsyncIterator[F
         overrides["audience"] = Audience(settings.api.seen_window, serves=False)
     async with AsyncExitStack() as stack:
         db = await stack.enter_async_context(open_database(settings.database))
+        clock = cast(Clock | None, overrides.get("clock")) or SystemClock()
         if "model" not in overrides:
-            model = model_from_settings(settings)
+            model = model_from_settings(settings, marks=db.rounds, clock=clock)
             if model is not None:
                 stack.push_async_callback(model.close)
             overrides["model"] = model
@@ -302,7 +304,6 @@ async def open_fleet(settings: Settings, **overrides: object) -> AsyncIterator[F
                 **overrides,  # type: ignore[arg-type]
             )
 
-        clock = cast(Clock | None, overrides.get("clock")) or SystemClock()
         shared = cast(ModelClient | None, overrides["model"])
         fleet = Fleet(
             settings,
@@ -318,6 +319,8 @@ async def open_fleet(settings: Settings, **overrides: object) -> AsyncIterator[F
         )
         await fleet.sync(clock.now())
         if spill is not None:
+            # The reserve a full disk needs is allocated while there is room for it.
+            spill.prepare()
             # Records an earlier process could not save are written in first.
             await Recorder(db.rounds, spill=spill).drain(thorough=True)
         yield fleet

@@ -68,9 +68,18 @@ async def serve(
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            answer = await _serve_one(reader, run_round, allowed, status)
+            line = await _read_line(reader)
+            if isinstance(line, _TooLong):
+                # Refused as soon as it is known to be too long; the rest of the line is
+                # read after the answer, so the client reads it rather than a reset.
+                _answer(writer, _refuse(f"the request is longer than {MAX_REQUEST_BYTES} bytes"))
+                await writer.drain()
+                if not line.ended:
+                    await _discard_line(reader)
+                return
+            answer = await _serve_one(line, run_round, allowed, status)
             if answer is not None:
-                writer.write(json.dumps(answer, ensure_ascii=False).encode() + b"\n")
+                _answer(writer, answer)
                 await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client went away; its round (if any) is recorded anyway
@@ -89,17 +98,50 @@ async def serve(
     return server
 
 
-async def _serve_one(
-    reader: asyncio.StreamReader, run_round: RunRound, owners: Sequence[str], status: Live | None
-) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class _TooLong:
+    """A request line past `MAX_REQUEST_BYTES`; `ended` when its line break was read too."""
+
+    ended: bool
+
+
+@dataclass(frozen=True)
+class _NoLine:
+    """No request line came within `READ_TIMEOUT_S`."""
+
+
+async def _read_line(reader: asyncio.StreamReader) -> bytes | _TooLong | _NoLine:
+    """The request line (what came before end of file, if no line break), read in chunks.
+
+    It is judged chunk by chunk, so a line is known to be too long as soon as
+    `MAX_REQUEST_BYTES` of it arrived, whether its end came with them or not.
+    """
+    line = bytearray()
     try:
-        line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT_S)
+        async with asyncio.timeout(READ_TIMEOUT_S):
+            while True:
+                chunk = await reader.read(DISCARD_CHUNK)
+                if not chunk:
+                    return bytes(line)
+                end = chunk.find(b"\n")
+                line += chunk if end < 0 else chunk[: end + 1]
+                if len(line) > MAX_REQUEST_BYTES:
+                    return _TooLong(ended=end >= 0)
+                if end >= 0:
+                    return bytes(line)
     except TimeoutError:
+        return _NoLine()
+
+
+def _answer(writer: asyncio.StreamWriter, answer: dict[str, Any]) -> None:
+    writer.write(json.dumps(answer, ensure_ascii=False).encode() + b"\n")
+
+
+async def _serve_one(
+    line: bytes | _NoLine, run_round: RunRound, owners: Sequence[str], status: Live | None
+) -> dict[str, Any] | None:
+    if isinstance(line, _NoLine):
         return _refuse(f"no request line within {READ_TIMEOUT_S:g} s")
-    except ValueError:
-        # The line passed the stream's limit; the rest of it is still on its way.
-        await _discard_line(reader)
-        return _refuse(f"the request is longer than {MAX_REQUEST_BYTES} bytes")
     if not line:
         # Connected and closed without a word: a second daemon checking that this one
         # is alive. Nothing to answer, and nothing was refused.

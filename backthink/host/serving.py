@@ -18,15 +18,14 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from backthink.errors import BackthinkError
+from backthink.host.descriptors import StormLog
+from backthink.host.limits import IDLE_S, PAGE_CONNECTIONS, bounded_protocol, listener_bounds
 
 log = structlog.get_logger("backthink.serving")
 
 START_TIMEOUT_S = 10.0  # seconds for the server to begin accepting connections
 STOP_TIMEOUT_S = 5.0  # seconds for the server to finish on shutdown
 GRACEFUL_S = 2  # seconds open connections get to finish once the daemon stops
-# Connections (and requests) served at once; past it uvicorn answers 503 at once,
-# so a flood of clients or of held-open event streams cannot exhaust the daemon.
-MAX_CONNECTIONS = 256
 
 
 class _Server(uvicorn.Server):
@@ -64,11 +63,16 @@ async def serve(
     listen: str,
     ready: Sequence[str],
     fields: Mapping[str, object] | None = None,
-    max_connections: int = MAX_CONNECTIONS,
+    max_connections: int = PAGE_CONNECTIONS,
+    idle_s: float = IDLE_S,
 ) -> HttpServer:
     """Listen on `address` and serve `app` until `stop`; log each `ready` event once it does.
 
-    `fields` go into the ready lines beside the URL.
+    At most `max_connections` connections are held (fewer when the process
+    has few descriptors: see `backthink.host.limits`); one past them is
+    answered 503 and closed at once, and each is closed once it has had no
+    request under way for `idle_s` seconds (an event stream is a request under
+    way). `fields` go into the ready lines beside the URL.
 
     `key` and `listen` name the setting in errors (`web.listen '...'`).
 
@@ -77,8 +81,9 @@ async def serve(
     """
     host, port = address
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    bounds = listener_bounds(max_connections)
     try:
-        sock = _listening_socket(host, port, family)
+        sock = _listening_socket(host, port, family, backlog=bounds.backlog)
     except OSError as exc:
         why = os.strerror(exc.errno) if exc.errno else str(exc)
         raise BackthinkError(f"{key} {listen!r}: cannot listen: {why}") from None
@@ -91,7 +96,15 @@ async def serve(
         server_header=False,
         proxy_headers=False,
         timeout_graceful_shutdown=GRACEFUL_S,
-        limit_concurrency=max_connections,
+        http=bounded_protocol(
+            cap=bounds.connections,
+            idle_s=idle_s,
+            storm=StormLog(f"{key.partition('.')[0]}.connections_refused"),
+        ),
+        # The protocol refuses connections past the cap; uvicorn's own bound counts the
+        # connection asking too, and bounds the requests running at once.
+        limit_concurrency=bounds.connections + 1,
+        backlog=bounds.backlog,
     )
     server = _Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
@@ -110,11 +123,13 @@ async def serve(
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{bound}/"
     for event in ready:
-        log.info(event, url=url, **(fields or {}))
+        log.info(event, url=url, max_connections=bounds.connections, **(fields or {}))
     return HttpServer(server, task, url)
 
 
-def _listening_socket(host: str, port: int, family: socket.AddressFamily) -> socket.socket:
+def _listening_socket(
+    host: str, port: int, family: socket.AddressFamily, *, backlog: int
+) -> socket.socket:
     """A listening TCP socket whose protocol is named.
 
     asyncio turns TCP_NODELAY on for accepted connections only when the
@@ -125,7 +140,7 @@ def _listening_socket(host: str, port: int, family: socket.AddressFamily) -> soc
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        sock.listen()
+        sock.listen(backlog)
     except BaseException:
         sock.close()
         raise

@@ -1,38 +1,73 @@
 """`backthink status`: is the daemon running, is the owner paused, how did the last round end.
 
 Most of the answer is in the database, shared by every process: the pause,
-the last round, the pending deliveries. Only the running daemon knows its
-next heartbeat and its channels' circuit breakers; it answers a status request
-on its socket. Without a daemon, a channel is "down" when its most recent
-delivery failed within `gate.channel_cooldown` (what the breaker would still
-hold), else "ok". The model endpoint is probed like `backthink check` does,
-within a few seconds and without retries.
+the last round, the pending deliveries, and which channels failed every try
+and are down for their cooldown (whichever process tried them). Only the
+running daemon knows its next heartbeat (and whether a channel it serves is
+connected at all); it answers a status request on its socket. The model
+endpoint is probed like `backthink check` does, within a few seconds and
+without retries.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import os
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from backthink.config import ModelSettings, Settings, WebChannelSettings
+from backthink.delivery.dispatcher import CHANNEL_DOWN
 from backthink.errors import BackthinkError, ModelNotConfiguredError
 from backthink.host.live import LiveStatus
 from backthink.host.poke import STATUS_TIMEOUT_S, ask_status
-from backthink.models import Outcome, Reason
-from backthink.ports import ModelClient, Outbox, RoundStore
+from backthink.ports import Marks, ModelClient, Outbox, RoundStore
 from backthink.records import RoundRecord
 from backthink.redact import redact_urls
 from backthink.round.pause import Pauses, PauseState
+from backthink.round.spill import RESERVE_BYTES, Spill
 from backthink.store import open_database
 
 MODEL_TIMEOUT_S = 5.0  # seconds the model probe may take at most
 PENDING_SCAN = 1000  # pending deliveries counted at most; more than a few means trouble anyway
-RECENT_ROUNDS = 50  # rounds read back to judge the channels when no daemon runs
 NOT_CONFIGURED = "not configured"
+LOW_SPACE_BYTES = RESERVE_BYTES  # bytes free on the database's disk below which it counts as full
+
+
+@dataclass(frozen=True)
+class DiskState:
+    """Whether the database's disk is full: it has refused round records, or has no room left."""
+
+    full: bool
+    waiting: int = 0
+    """Round records a full disk refused, kept in the reserve until the database takes them."""
+
+    def describe(self) -> str:
+        """One line for `status`."""
+        if not self.full:
+            return "ok"
+        if self.waiting:
+            return (
+                f"full: {self.waiting} round record(s) wait in the reserve beside the database; "
+                "free some space"
+            )
+        return "full: free some space, or rounds can no longer be recorded"
+
+
+def disk_state(spill: Path | None) -> DiskState:
+    """The disk of the database as its spill sees it (None: no spill, nothing to tell)."""
+    if spill is None:
+        return DiskState(full=False)
+    waiting = Spill(spill).in_reserve()
+    try:
+        stats = os.statvfs(spill.parent)
+    except OSError:
+        return DiskState(full=waiting > 0, waiting=waiting)
+    room = stats.f_bavail * stats.f_frsize
+    return DiskState(full=waiting > 0 or room < LOW_SPACE_BYTES, waiting=waiting)
 
 
 @dataclass(frozen=True)
@@ -46,6 +81,7 @@ class Status:
     pending_deliveries: int
     channels: dict[str, str] = field(default_factory=dict)
     model: str = NOT_CONFIGURED
+    disk: DiskState = field(default_factory=lambda: DiskState(full=False))
 
     def to_json(self) -> dict[str, Any]:
         """The `status --json` object; times ISO 8601 in UTC, null when there is none."""
@@ -65,6 +101,7 @@ class Status:
             "pending_deliveries": self.pending_deliveries,
             "channels": dict(self.channels),
             "model": self.model,
+            "disk": "full" if self.disk.full else "ok",
         }
 
     def render(self, tz: ZoneInfo) -> str:
@@ -96,20 +133,25 @@ class Status:
                 if self.model == NOT_CONFIGURED
                 else self.model,
             ),
+            ("disk", self.disk.describe()),
         ]
         width = max(len(label) for label, _ in rows)
         return "\n".join(f"{label.ljust(width)}  {value}" for label, value in rows)
 
 
-def offline_channels(
-    settings: Settings, recent: Sequence[RoundRecord], *, cooldown: timedelta, at: datetime
+async def stored_channels(
+    settings: Settings, owner_id: str, *, marks: Marks, at: datetime
 ) -> dict[str, str]:
-    """Channel health without a daemon: "down" when its latest delivery failed within `cooldown`.
+    """Channel health as the database keeps it: "down" while a failed channel cools down.
+
+    Every process that delivers writes a channel's cooldown there when the
+    channel fails every try (see `backthink.delivery.dispatcher`), so this
+    holds whichever process tried it: the daemon, a `think`, a worker.
 
     Args:
-        settings: the configuration (its channels, in order).
-        recent: recent rounds of every owner, newest first (the breaker is per channel).
-        cooldown: how long a failed channel counts as down.
+        settings: the owner's configuration (its channels, in order).
+        owner_id: whose channels.
+        marks: the database's marks.
         at: now.
     """
     health: dict[str, str] = {}
@@ -118,14 +160,8 @@ def offline_channels(
             # The main session's write-back is its delivery; it cannot fail to send.
             health[name] = "ok"
             continue
-        latest = next((r for r in recent if r.channel == name), None)
-        failed = (
-            latest is not None
-            and latest.outcome is Outcome.FAILED
-            and latest.reason == Reason.DELIVERY_FAILED
-            and at - latest.finished_at < cooldown
-        )
-        health[name] = "down" if failed else "ok"
+        until = await marks.marked_at(owner_id, CHANNEL_DOWN + name)
+        health[name] = "down" if until is not None and until > at else "ok"
     return health
 
 
@@ -177,14 +213,16 @@ async def owner_status(
     pause = await Pauses(rounds).state(owner_id, at)
     last = await rounds.list(owner_id=owner_id, limit=1)
     pending = await outbox.pending(limit=PENDING_SCAN)
+    channels = await stored_channels(settings, owner_id, marks=rounds, at=at)
+    next_heartbeat = None
     if live is not None:
-        channels, next_heartbeat = live.channels, live.next_heartbeat
-    else:
-        recent = await rounds.list(limit=RECENT_ROUNDS)
-        channels = offline_channels(
-            settings, recent, cooldown=settings.gate.channel_cooldown, at=at
-        )
-        next_heartbeat = None
+        next_heartbeat = live.next_heartbeat
+        # The daemon may know more (a channel it cannot reach at all): down either way.
+        channels = {
+            name: "down" if live.channels.get(name) == "down" else health
+            for name, health in channels.items()
+        }
+    disk = disk_state(settings.database.spill_path)
     return Status(
         running=live is not None,
         pause=pause,
@@ -193,6 +231,7 @@ async def owner_status(
         pending_deliveries=sum(1 for d in pending if d.owner_id == owner_id),
         channels=channels,
         model=model,
+        disk=disk,
     )
 
 

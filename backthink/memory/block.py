@@ -26,6 +26,7 @@ _LABELS: dict[Language, dict[str, str]] = {
         "journal": "[你之前的想法]",
         "recalled": "[想起的旧事]",
         "thought": "- {when} {text}",
+        "quoting": "- {when} （引述了外来的文字）{text}",
         "item": "- {when} {who}：{text}",
         "user": "主人说",
         "assistant": "你说",
@@ -39,6 +40,7 @@ _LABELS: dict[Language, dict[str, str]] = {
         "journal": "[Your earlier thoughts]",
         "recalled": "[Recalled]",
         "thought": "- {when} {text}",
+        "quoting": "- {when} (quoting outside text) {text}",
         "item": "- {when} {who}: {text}",
         "user": "the owner said",
         "assistant": "you said",
@@ -64,13 +66,16 @@ class MemoryBlock:
 
         The companion's own words (its thoughts, its old messages) are not:
         following up on an earlier thought in its words is what the journal is
-        for. Unless they carry footer tags, which no thought it kept can (they
-        are removed when it is kept): such a row was written by someone else.
+        for. Unless a thought quotes outside text (it was kept `untrusted`): an
+        echo of it is an echo of what it quotes. Or unless they carry footer
+        tags, which no thought it kept can (they are removed when it is kept):
+        such a row was written by someone else.
         """
-        texts = [m.text for m in self.thoughts if has_tags(m.text)]
+        texts = [m.text for m in self.thoughts if m.untrusted or has_tags(m.text)]
         for item in self.recalled:
-            own = item.memory_kind is MemoryKind.THOUGHT or (
-                item.kind == "message" and (item.role or "").strip().lower() == "assistant"
+            own = not item.untrusted and (
+                item.memory_kind is MemoryKind.THOUGHT
+                or (item.kind == "message" and (item.role or "").strip().lower() == "assistant")
             )
             if not own or has_tags(item.text):
                 texts.append(item.text)
@@ -126,7 +131,9 @@ def render_memory_block(
                 continue
             used += len(text)
             when = thought.created_at.astimezone(tz).strftime("%m-%d %H:%M")
-            journal.append(labels["thought"].format(when=when, text=text))
+            # A thought that quotes outside text says so: the quote is not the companion's.
+            line = labels["quoting" if thought.untrusted else "thought"]
+            journal.append(line.format(when=when, text=text))
             if thought.id is not None:
                 thoughts.append(MemoryRef(kind="thought", id=thought.id))
         journal.reverse()

@@ -6,15 +6,16 @@ written, the round goes on without it, with a note saying so.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 import structlog
 
 from backthink.config import MemorySettings
+from backthink.decision.overlap import quotes
 from backthink.errors import StoreError
 from backthink.memory.block import MemoryBlock, journal_share
-from backthink.models import Memory, MemoryKind, Message
+from backthink.models import Memory, MemoryKind, Message, Recalled
 from backthink.ports import MemoryStore
 
 log = structlog.get_logger("backthink.round")
@@ -45,16 +46,49 @@ async def recollect(
             if m.recall > 0 and left > 0
             else []
         )
+        recalled = await _with_provenance(memories, owner_id, recalled)
     except StoreError as exc:
         log.warning("round.memory_unavailable", error=str(exc))
         return MemoryBlock(notes=[f"memory_unavailable: {exc}"])
     return MemoryBlock(thoughts=list(reversed(thoughts)), recalled=recalled)
 
 
+async def _with_provenance(
+    memories: MemoryStore, owner_id: str, recalled: list[Recalled]
+) -> list[Recalled]:
+    """Recalled thoughts marked as quoting outside text where their rows say so.
+
+    Raises:
+        StoreError: the rows cannot be read.
+    """
+    ids = [r.id for r in recalled if r.memory_kind is MemoryKind.THOUGHT]
+    if not ids:
+        return recalled
+    quoting = {m.id for m in await memories.get_many(owner_id, ids) if m.untrusted}
+    return [
+        r.model_copy(update={"untrusted": True})
+        if r.memory_kind is MemoryKind.THOUGHT and r.id in quoting
+        else r
+        for r in recalled
+    ]
+
+
 async def keep_thought(
-    memories: MemoryStore | None, *, owner_id: str, round_id: str, at: datetime, text: str
+    memories: MemoryStore | None,
+    *,
+    owner_id: str,
+    round_id: str,
+    at: datetime,
+    text: str,
+    outside: Iterable[str] = (),
 ) -> str | None:
-    """Keep a round's private thought as a memory of kind thought; a note when it could not be."""
+    """Keep a round's private thought as a memory of kind thought; a note when it could not be.
+
+    `outside` is the outside text the round's request held (messages,
+    memories, the state file, tool results): a thought that quotes it keeps
+    that provenance (`untrusted`), so no later round takes the quote for the
+    companion's own words.
+    """
     if memories is None or not text:
         return None
     try:
@@ -66,6 +100,7 @@ async def keep_thought(
                 created_at=at,
                 source=f"round:{round_id}",
                 round_id=round_id,
+                untrusted=quotes(text, outside),
             )
         )
     except StoreError as exc:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,7 +22,9 @@ from backthink.errors import (
     ModelTimeoutError,
     ToolsRefusedError,
 )
+from backthink.model.attempt import WholeAttemptClient, call_budget
 from backthink.model.body import request_body
+from backthink.model.learned import SchemaFormMemory
 from backthink.model.wire import (
     SCHEMA_REFUSAL,
     SCHEMA_REFUSAL_STATUSES,
@@ -35,6 +38,7 @@ from backthink.model.wire import (
     unusable,
     withheld,
 )
+from backthink.ports import Clock, Marks
 from backthink.records import ModelMessage, ModelReply
 from backthink.redact import redact_urls
 
@@ -72,6 +76,8 @@ class OpenAIModelClient:
         *,
         config_location: str = DEFAULT_CONFIG_LOCATION,
         channels: Sequence[str] = (),
+        marks: Marks | None = None,
+        clock: Clock | None = None,
     ) -> None:
         """Build the SDK client; no request is sent yet.
 
@@ -80,6 +86,9 @@ class OpenAIModelClient:
             config_location: where the configuration lives, named in the error when
                 no endpoint is configured.
             channels: the configured channel names, which a json_schema reply may name.
+            marks: where what the client learns of the endpoint (it reads only the
+                older schema form) is kept for every process; with `clock`.
+            clock: the time of those marks.
 
         Raises:
             ModelNotConfiguredError: `settings.base_url` is not set.
@@ -99,13 +108,16 @@ class OpenAIModelClient:
             api_key=self._api_key or PLACEHOLDER_API_KEY,
             timeout=settings.timeout_s,
             max_retries=settings.max_retries,
+            http_client=WholeAttemptClient(attempt_s=settings.timeout_s),
         )
+        self._budget_s = call_budget(settings.timeout_s, settings.max_retries)
         self._closed = False
         self._channels = list(channels)
         # Learned once per client: the endpoint refused image input (vision = "auto").
         self._image_refusal: str | None = None
-        # Learned once per client: the endpoint reads only the older schema form.
+        # Learned once, and kept in the marks: the endpoint reads only the older schema form.
         self._schema_form: SchemaForm = "json_schema"
+        self._learned = SchemaFormMemory(settings, marks, clock)
 
     @property
     def model_name(self) -> str:
@@ -126,6 +138,8 @@ class OpenAIModelClient:
             ModelError: HTTP error, refused connection, or a reply with no usable text.
         """
         self._check_open()
+        if self._settings.output == "json_schema" and await self._learned.older_form():
+            self._schema_form = "json_object"
         started = time.perf_counter()
         images = sum(1 for m in messages if m.image)
         send_images = self.sends_images
@@ -145,6 +159,7 @@ class OpenAIModelClient:
                     # Asked once more in the older form; a refusal of that one is an error.
                     self._schema_form = "json_object"
                     log.warning("model.schema_form_refused", status=exc.status_code)
+                    await self._learned.refused()
                     notes.append(
                         "response_format_fallback: the endpoint refused the json_schema form "
                         f"(HTTP {exc.status_code}); json_object with a schema from now on"
@@ -167,7 +182,9 @@ class OpenAIModelClient:
             raise unusable("the reply has no choices")
         choice = completion.choices[0]
         text = choice.message.content
-        calls = tool_calls(choice.message) if tools else []
+        # Read even when no tools were offered: a model that still asks for them on a
+        # round's last, tool-less turn has run out of tool steps, which the loop judges.
+        calls = tool_calls(choice.message)
         if not calls and (text is None or not text.strip()):
             finish = f" (finish_reason={choice.finish_reason})" if choice.finish_reason else ""
             raise unusable(f"the reply has no text content{finish}")
@@ -217,7 +234,25 @@ class OpenAIModelClient:
         # POST is used: it keeps auth, timeouts, retries and error mapping, and
         # skips the per-field TypedDict transform `chat.completions.create` runs,
         # which costs several milliseconds of CPU per round.
-        return await self._client.post("/chat/completions", cast_to=str, body=request)
+        async with self._within_budget():
+            return await self._client.post("/chat/completions", cast_to=str, body=request)
+
+    @asynccontextmanager
+    async def _within_budget(self) -> AsyncIterator[None]:
+        """Bound a call, its retries and the pauses between them, by `call_budget`.
+
+        Raises:
+            ModelTimeoutError: the call did not end within its budget.
+        """
+        try:
+            async with asyncio.timeout(self._budget_s):
+                yield
+        except TimeoutError:
+            raise ModelTimeoutError(
+                f"model endpoint gave no complete answer within {self._budget_s:g}s "
+                f"(model.timeout_s = {self._settings.timeout_s:g} for each of "
+                f"{self._settings.max_retries + 1} attempts)"
+            ) from None
 
     async def probe(self) -> str:
         """Check that the endpoint answers, for `backthink check`.
@@ -235,9 +270,11 @@ class OpenAIModelClient:
         self._check_open()
         with self._translate_errors(()):
             try:
-                raw = await self._client.models.with_raw_response.list()
+                async with self._within_budget():
+                    raw = await self._client.models.with_raw_response.list()
             except openai.NotFoundError:
-                return await self._probe_chat()
+                async with self._within_budget():
+                    return await self._probe_chat()
             body = raw.text
         ids = [entry.id for entry in parse(ModelList, body).data]
         listed = "is listed" if self.model_name in ids else "is not listed"

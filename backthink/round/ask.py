@@ -24,6 +24,8 @@ from backthink.tools.offer import ToolOffer
 
 log = structlog.get_logger("backthink.round")
 
+NO_TEXT_ONLY_CALLS = "model endpoint returned no usable reply: no text content, only tool calls"
+
 
 @dataclass(frozen=True)
 class Asked:
@@ -36,6 +38,8 @@ class Asked:
     results: tuple[str, ...] = ()
     """Every tool result as its tool wrote it: untrusted text for the echo guard."""
     notes: tuple[str, ...] = ()
+    offered: tuple[str, ...] = ()
+    """The names of the tools the round offered, as offered."""
 
 
 async def ask(
@@ -49,16 +53,19 @@ async def ask(
     started: datetime,
     owner_spoke: Callable[[], Awaitable[bool]],
     on_use: Callable[[ToolUse], None],
+    max_chars: int | None = None,
 ) -> Asked:
     """Get the round's final reply: plainly, or with tools when the round offers them.
 
     An endpoint that refuses tool definitions is answered with one plain call,
-    and is offered none for a day.
+    and is offered none for a day. With tools, every request stays within
+    `max_chars` (`prompt.max_chars`) whatever the model asks for.
     """
     if not offer.enabled or await offer.refused():
         return await _plain(model, request)
     async with AsyncExitStack() as stack:
         box, notes = await offer.open(owner_id, round_id, stack)
+        offered = tuple(spec.name for spec in box.specs)
         try:
             looped = await run_tool_loop(
                 model,
@@ -68,6 +75,7 @@ async def ask(
                 max_calls=settings.max_calls,
                 owner_spoke=owner_spoke,
                 on_use=on_use,
+                max_chars=max_chars,
             )
         except ToolsRefusedError as exc:
             log.warning("round.tools_refused")
@@ -82,11 +90,16 @@ async def ask(
         looped.uses,
         looped.results,
         notes=(*notes, *box.notes),
+        offered=offered,
     )
 
 
 async def _plain(model: ModelClient, request: Request) -> Asked:
     try:
-        return Asked(await model.complete(request.messages))
+        reply = await model.complete(request.messages)
     except ModelError as exc:
         return Asked(None, error=exc)
+    if reply.tool_calls and not reply.text.strip():
+        # No tools were offered at all: a reply of nothing but calls says nothing.
+        return Asked(None, error=ModelError(NO_TEXT_ONLY_CALLS))
+    return Asked(reply)

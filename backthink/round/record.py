@@ -2,27 +2,25 @@
 
 `Recorder.save` is the only place a round record is written, whether the
 round just ended or its delivery was finished by the next start. A record the
-database refuses (locked past the busy timeout, read-only, deleted) is kept in
-an append-only spill file beside the database and written in at the next chance.
+database refuses (locked past the busy timeout, read-only, deleted, the disk
+full) is kept in the spill beside the database (`backthink.round.spill`), in
+a reserve allocated beforehand when the disk is full, and written in at the
+next chance.
 """
 
 from __future__ import annotations
 
-import fcntl
-import os
 from dataclasses import dataclass, replace
 from datetime import datetime
-from pathlib import Path
-from typing import TextIO
 
 import structlog
-from pydantic import ValidationError
 
 from backthink.delivery.dispatcher import DeliveryResult
 from backthink.errors import BackthinkError, StoreError
 from backthink.models import Decision, MemoryRef, Outcome, Reason, Trigger
 from backthink.ports import RoundStore
 from backthink.records import Delivery, ModelReply, RoundRecord, ToolUse
+from backthink.round.spill import Spill, disk_full
 
 log = structlog.get_logger("backthink.round")
 
@@ -43,6 +41,9 @@ class Ending:
     notes: tuple[str, ...] = ()
     tools: tuple[ToolUse, ...] = ()
     recalled: tuple[MemoryRef, ...] = ()
+    digest: str | None = None
+    """What the request said, hashed; set once the round calls the model."""
+    offered: tuple[str, ...] = ()
 
     def ended(self, outcome: Outcome, reason: str, *, note: str | None = None) -> Ending:
         """This round's knowledge, ending as `outcome`/`reason`, with one more note if given."""
@@ -60,9 +61,47 @@ class RoundStart:
     started: datetime
 
 
-def round_record(start: RoundStart, ending: Ending, *, finished: datetime) -> RoundRecord:
-    """The audit record of a round that ran in this process."""
+REPLY_CHARS_PER_TOKEN = 16
+"""Characters one token of a reply may hold at most, whitespace runs aside: a reply longer
+than `model.max_tokens` times this is the endpoint's fault, and is kept cut."""
+REPLY_CUT = "\n…[{cut} characters cut: the reply is longer than model.max_tokens allows]…\n"
+REPLY_HEAD_SHARE = 0.75  # of a cut reply's room kept from its head; the footer ends it
+
+
+def reply_chars(max_tokens: int) -> int:
+    """The longest reply (or body) a round record keeps whole, for `model.max_tokens`."""
+    return max_tokens * REPLY_CHARS_PER_TOKEN
+
+
+def bounded(text: str | None, limit: int | None) -> str | None:
+    """`text` within `limit` characters: its head and its end around a marker saying the cut."""
+    if text is None or limit is None or len(text) <= limit:
+        return text
+    marker = REPLY_CUT.format(cut=len(text) - limit)
+    room = max(limit - len(marker), 0)
+    head = int(room * REPLY_HEAD_SHARE)
+    tail = room - head
+    return text[:head] + marker + (text[len(text) - tail :] if tail else "")
+
+
+def round_record(
+    start: RoundStart, ending: Ending, *, finished: datetime, max_reply_chars: int | None = None
+) -> RoundRecord:
+    """The audit record of a round that ran in this process.
+
+    With `max_reply_chars` (see `reply_chars`), a longer raw reply or body is
+    kept cut, with a marker and a note: what an endpoint sends past its
+    token limit must not make every page and database row of it huge.
+    """
     decision, reply = ending.decision, ending.reply
+    raw = reply.text if reply else None
+    notes = list(ending.notes)
+    if raw is not None and max_reply_chars is not None and len(raw) > max_reply_chars:
+        notes.append(
+            f"reply_cut: kept {max_reply_chars} of {len(raw)} characters, more than "
+            "model.max_tokens allows"
+        )
+    body = decision.body if decision and decision.body else None
     return RoundRecord(
         id=start.id,
         owner_id=start.owner_id,
@@ -74,16 +113,18 @@ def round_record(start: RoundStart, ending: Ending, *, finished: datetime) -> Ro
         push=decision.push if decision else None,
         urgency=decision.urgency if decision else None,
         decided_channel=decision.channel if decision else None,
-        body=decision.body if decision and decision.body else None,
+        body=bounded(body, max_reply_chars),
         channel=ending.channel,
         model=reply.model if reply else None,
         prompt_tokens=reply.prompt_tokens if reply else None,
         completion_tokens=reply.completion_tokens if reply else None,
         latency_ms=reply.latency_ms if reply else None,
-        raw_reply=reply.text if reply else None,
-        notes=list(ending.notes),
+        raw_reply=bounded(raw, max_reply_chars),
+        notes=notes,
         tools=list(ending.tools),
         recalled=list(ending.recalled),
+        digest=ending.digest,
+        offered=list(ending.offered),
     )
 
 
@@ -123,99 +164,6 @@ def unstarted_record(
     return round_record(
         start, Ending(Outcome.FAILED, reason, notes=(str(error),)), finished=finished
     )
-
-
-class Spill:
-    """Round records the database refused, one JSON line each, until it takes them.
-
-    Appends are serialised between processes with an advisory lock; a drain
-    first claims the whole file by renaming it, so two processes never write
-    the same records in, and no lock is held while the database is awaited.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def append(self, record: RoundRecord) -> None:
-        """Add one record durably (flushed and synced before returning).
-
-        Raises:
-            OSError: the file cannot be written either.
-        """
-        with self._open() as out:
-            fcntl.flock(out, fcntl.LOCK_EX)
-            out.write(record.model_dump_json() + "\n")
-            out.flush()
-            os.fsync(out.fileno())
-
-    def _open(self) -> TextIO:
-        # Records hold raw replies: private, so readable by the daemon's user only.
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        return os.fdopen(fd, "a", encoding="utf-8")
-
-    def waiting(self) -> bool:
-        """Whether records wait to be written in (a cheap check, done after every save)."""
-        return self.path.exists()
-
-    async def drain(self, rounds: RoundStore) -> int:
-        """Write every waiting record into `rounds`; return how many were written.
-
-        A record already stored is skipped; when the database fails again the
-        records not yet written go back into the spill.
-        """
-        claimed = self.path.with_name(f"{self.path.name}.{os.getpid()}.draining")
-        self._adopt_orphans(claimed)
-        try:
-            os.replace(self.path, claimed)
-        except FileNotFoundError:
-            if not claimed.exists():
-                return 0
-        lines = claimed.read_text(encoding="utf-8").splitlines()
-        written = 0
-        for i, line in enumerate(lines):
-            try:
-                record = RoundRecord.model_validate_json(line)
-            except ValidationError:
-                log.error("round.spill_unreadable", line=i + 1)
-                continue
-            try:
-                if await rounds.get(record.id) is None:
-                    await rounds.save(record)
-                    written += 1
-            except StoreError:
-                for rest in lines[i:]:
-                    self._put_back(rest)
-                break
-        claimed.unlink()
-        if written:
-            log.info("round.spill_written", count=written)
-        return written
-
-    def _adopt_orphans(self, claimed: Path) -> None:
-        """Take over records a process claimed and died with before writing them in."""
-        for other in self.path.parent.glob(f"{self.path.name}.*.draining"):
-            pid = other.name.removeprefix(f"{self.path.name}.").removesuffix(".draining")
-            if other == claimed or not pid.isdigit() or _alive(int(pid)):
-                continue
-            with other.open(encoding="utf-8") as orphan:
-                for line in orphan.read().splitlines():
-                    self._put_back(line)
-            other.unlink()
-
-    def _put_back(self, line: str) -> None:
-        with self._open() as out:
-            fcntl.flock(out, fcntl.LOCK_EX)
-            out.write(line + "\n")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process is alive
-    return True
 
 
 class Recorder:
@@ -274,13 +222,23 @@ class Recorder:
             log.error("round.record_failed", error=str(exc), kept=False)
             return
         try:
-            self._spill.append(record)
+            in_spill = self._spill.append(record)
         except OSError as spill_exc:
             log.error(
                 "round.record_failed",
                 error=str(exc),
                 kept=False,
                 spill_error=spill_exc.strerror or type(spill_exc).__name__,
+                disk_full=disk_full(spill_exc),
             )
             return
-        log.error("round.record_failed", error=str(exc), kept=True, spill=str(self._spill.path))
+        if in_spill:
+            log.error("round.record_failed", error=str(exc), kept=True, spill=str(self._spill.path))
+            return
+        log.error(
+            "round.disk_full",
+            error=str(exc),
+            kept=True,
+            reserve=str(self._spill.reserve),
+            waiting=self._spill.in_reserve(),
+        )

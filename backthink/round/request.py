@@ -4,7 +4,8 @@ Built from data the round already read (the recent messages) and one state
 snapshot, so `think --dry-run` shows byte for byte what a round would send.
 The whole request keeps within `prompt.max_chars`: each message is cut to
 `prompt.message_chars`, and the oldest history goes first, never the persona
-prompt nor the instruction prompt.
+prompt nor the instruction prompt; a round that offers tools leaves a share
+of the budget to the tool loop's steps.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from backthink.config import Settings
 from backthink.memory.block import MemoryBlock, render_memory_block
@@ -21,6 +23,7 @@ from backthink.records import ModelMessage
 from backthink.round.budget import cut_text, fit_history
 from backthink.round.context import conversation
 from backthink.round.prompts import PromptBook, owner_display_name, render_prompt
+from backthink.tools.offer import offers_tools
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,8 @@ class Request:
     """The thoughts and recalled items read for the round."""
     recalled: list[MemoryRef] = field(default_factory=list)
     """Which of them the instruction prompt shows, within its budget."""
+    window: list[Message] = field(default_factory=list)
+    """The history as it was read, before any cut: what recall is queried by."""
 
     @property
     def prompt(self) -> str:
@@ -47,8 +52,9 @@ class Request:
     def untrusted(self) -> list[str]:
         """Every outside text the request carries, for the echo guard.
 
-        The owner's messages, a poke's trigger text, the state file's strings
-        and the memory block's texts (a memory may be anyone's words, a thought
+        The owner's messages, a poke's trigger text, every string of the state
+        file (the keys of the device facts as well as their values) and the
+        memory block's texts (a memory may be anyone's words, a thought
         is private): a reply whose body or footer is taken from any of them is
         an echo, never the companion's own decision.
         """
@@ -60,13 +66,47 @@ class Request:
         if state is not None:
             texts.extend(state.notes)
             texts.extend(item.title for item in state.schedule)
-            texts.extend(str(value) for value in state.device.values())
+            texts.extend(strings_of(state.device))
         return texts
+
+
+STATE_DEPTH = 32  # levels of nested objects read for their strings; deeper ones are shown whole
+
+
+def strings_of(value: Any, depth: int = STATE_DEPTH) -> list[str]:
+    """Every string in a JSON value, object keys included, numbers and the like as text.
+
+    A device fact is shown as `key=value`, a nested value written out whole:
+    a key, at any depth, is as much the model's input as a value.
+    """
+    if isinstance(value, dict):
+        found: list[str] = []
+        for key, item in value.items():
+            found.append(str(key))
+            found.extend(strings_of(item, depth - 1) if depth > 0 else [str(item)])
+        return found
+    if isinstance(value, list | tuple):
+        found = []
+        for item in value:
+            found.extend(strings_of(item, depth - 1) if depth > 0 else [str(item)])
+        return found
+    return [value if isinstance(value, str) else str(value)]
 
 
 # The persona prompt may take this share of prompt.max_chars; the rest is left to the
 # history and the instruction prompt, so a runaway persona file cannot crowd them out.
 PERSONA_SHARE = 4  # one quarter
+# A round that offers tools keeps this share of prompt.max_chars free of history (at
+# most what its calls may answer): the tool loop's steps must fit the same budget.
+TOOL_SHARE = 4  # one quarter
+
+
+def tool_room(settings: Settings) -> int:
+    """Characters of `prompt.max_chars` the history leaves to the tool loop's steps."""
+    if not offers_tools(settings):
+        return 0
+    t = settings.tools
+    return min(settings.prompt.max_chars // TOOL_SHARE, t.max_calls * t.max_result_chars)
 
 
 class RequestBuilder:
@@ -132,7 +172,7 @@ class RequestBuilder:
             )
         history = fit_history(
             recent,
-            budget=s.prompt.max_chars - fixed,
+            budget=s.prompt.max_chars - fixed - tool_room(s),
             message_chars=s.prompt.message_chars,
             language=s.prompt.language,
             render=lambda kept: conversation(
@@ -158,4 +198,5 @@ class RequestBuilder:
             trigger=trigger,
             memory=memory,
             recalled=shown.shown,
+            window=list(recent),
         )

@@ -63,6 +63,8 @@ def parse_state(
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         return StateReading(problem=StateProblem.INVALID, detail=f"not JSON ({exc})")
+    except RecursionError:
+        return StateReading(problem=StateProblem.INVALID, detail="not JSON (nested too deep)")
     if not isinstance(data, dict):
         return StateReading(
             problem=StateProblem.INVALID, detail="the document must be a JSON object"

@@ -28,7 +28,7 @@ from backthink.delivery.dispatcher import Dispatcher, Handoff
 from backthink.errors import StoreError
 from backthink.memory.recollect import keep_thought, recollect
 from backthink.models import Outcome, Reason
-from backthink.ports import Clock, MemoryStore, MessageStore, ModelClient
+from backthink.ports import Clock, MemoryStore, MessageStore, ModelClient, RoundStore
 from backthink.records import RoundRecord, ToolUse
 from backthink.round.ask import ask
 from backthink.round.history import gate_history, latest_credible, owner_spoke
@@ -38,10 +38,18 @@ from backthink.round.record import (
     Ending,
     Recorder,
     RoundStart,
+    reply_chars,
     resumed_record,
     round_record,
 )
 from backthink.round.request import Request, RequestBuilder
+from backthink.round.unchanged import (
+    asks_every_time,
+    beat_digest,
+    next_beat_digest,
+    same_silent_round,
+)
+from backthink.tools.budget import OfferedTools
 from backthink.tools.loop import Stop
 from backthink.tools.offer import ToolOffer
 
@@ -64,6 +72,7 @@ class Thinker:
         offer: ToolOffer,
         memories: MemoryStore | None = None,
         pauses: Pauses | None = None,
+        rounds: RoundStore | None = None,
         model_missing_hint: str = "no model endpoint configured",
     ) -> None:
         self._settings = settings
@@ -77,7 +86,10 @@ class Thinker:
         self._offer = offer
         self._model_missing_hint = model_missing_hint
         self._pauses = pauses
+        self._rounds = rounds
+        """The round log unchanged heartbeats are judged by; None: every heartbeat asks."""
         self._in_flight: set[str] = set()
+        self._reply_chars = reply_chars(settings.model.max_tokens)
 
     def connected(self) -> list[str]:
         """Names of the channels that can deliver now, in configuration order."""
@@ -94,17 +106,34 @@ class Thinker:
         memory = await recollect(self._memories, self._settings.memory, owner_id, view.recent)
         return self._requests.build(view.recent, trigger, at, memory=memory)
 
-    async def offered_tools(self, owner_id: str) -> list[dict[str, Any]]:
-        """The tool definitions a round would offer now (MCP servers are asked for theirs).
+    async def offered_tools(self, owner_id: str, *, servers: bool = True) -> list[dict[str, Any]]:
+        """The tool definitions a round would offer now.
+
+        With `servers`, the MCP servers are started and asked for theirs; without,
+        only the built-in tools (and an embedding program's own) are listed, and
+        nothing is started: a page view must have no side effects.
 
         Raises:
             StoreError: whether the endpoint refused tools cannot be read.
         """
+        return (await self.tool_offer(owner_id, servers=servers)).definitions
+
+    async def tool_offer(self, owner_id: str, *, servers: bool = True) -> OfferedTools:
+        """What a round would offer now: definitions in full, and the tools behind the search.
+
+        With `servers`, the MCP servers are started and asked for theirs (see
+        `offered_tools`).
+
+        Raises:
+            StoreError: whether the endpoint refused tools cannot be read.
+        """
+        max_chars = self._settings.tools.max_chars
         if not self._offer.enabled or await self._offer.refused():
-            return []
+            return OfferedTools(max_chars=max_chars)
         async with AsyncExitStack() as stack:
-            box, _ = await self._offer.open(owner_id, "dry-run", stack)
-            return [spec.definition() for spec in box.specs]
+            box, _ = await self._offer.open(owner_id, "dry-run", stack, servers=servers)
+            definitions = [spec.definition() for spec in box.specs]
+            return OfferedTools(definitions, box.held, max_chars)
 
     async def run_round(
         self,
@@ -136,7 +165,9 @@ class Thinker:
                     self._in_flight.discard(owner_id)
             if slot is not None:
                 ending = replace(ending, notes=(slot, *ending.notes))
-            record = round_record(start, ending, finished=self._clock.now())
+            record = round_record(
+                start, ending, finished=self._clock.now(), max_reply_chars=self._reply_chars
+            )
             await self._recorder.save(record)
             return record
 
@@ -160,6 +191,8 @@ class Thinker:
             request, last_owner_at = prepared
             sofar = replace(sofar, recalled=tuple(request.recalled), notes=tuple(request.notes))
             assert self._model is not None  # the pre-gate skips a round without one
+            # From here on the round calls the model: its record keeps what it asked.
+            sofar = replace(sofar, digest=self._digest(start, request))
             asked = await ask(
                 self._model,
                 request,
@@ -172,8 +205,14 @@ class Thinker:
                     self._messages, start.owner_id, since=last_owner_at, now=self._clock.now()
                 ),
                 on_use=used,
+                max_chars=self._settings.prompt.max_chars,
             )
-            sofar = replace(sofar, tools=asked.uses, notes=(*sofar.notes, *asked.notes))
+            sofar = replace(
+                sofar,
+                tools=asked.uses,
+                notes=(*sofar.notes, *asked.notes),
+                offered=asked.offered,
+            )
             if asked.reply is None:
                 error = asked.error
                 assert error is not None  # a step without a reply ended in an error
@@ -190,6 +229,7 @@ class Thinker:
                 round_id=start.id,
                 at=start.started,
                 text=read.journal_thought(self._settings.memory.thought_chars),
+                outside=[*request.untrusted(), *asked.results],
             )
             if kept is not None:
                 sofar = replace(sofar, notes=(*sofar.notes, kept))
@@ -201,6 +241,8 @@ class Thinker:
             decision = reject_prompt_echo(decision, request.prompt)
             sofar = replace(sofar, decision=decision, notes=(*sofar.notes, *decision.problems))
             reason = suppression_reason(decision)
+            if reason is Reason.NO_PUSH and not asks_every_time(start.trigger):
+                sofar = replace(sofar, digest=await self._silent_digest(start, request))
             if reason is not None:
                 return sofar.ended(Outcome.SUPPRESSED, reason)
             try:
@@ -235,7 +277,14 @@ class Thinker:
         except asyncio.CancelledError:
             notes = (*((slot,) if slot is not None else ()), *sofar.notes, INTERRUPTED_NOTE)
             interrupted = replace(sofar, notes=notes)
-            await self._recorder.save(round_record(start, interrupted, finished=self._clock.now()))
+            await self._recorder.save(
+                round_record(
+                    start,
+                    interrupted,
+                    finished=self._clock.now(),
+                    max_reply_chars=self._reply_chars,
+                )
+            )
             raise
         except StoreError as exc:
             log.error("round.store_failed", error=str(exc))
@@ -245,11 +294,16 @@ class Thinker:
                 notes=(str(exc),),
                 tools=sofar.tools,
                 recalled=sofar.recalled,
+                offered=sofar.offered,
             )
         except Exception:
             log.exception("round.crashed")
             return Ending(
-                Outcome.FAILED, Reason.INTERNAL_ERROR, tools=sofar.tools, recalled=sofar.recalled
+                Outcome.FAILED,
+                Reason.INTERNAL_ERROR,
+                tools=sofar.tools,
+                recalled=sofar.recalled,
+                offered=sofar.offered,
             )
 
     async def _pre_gate(self, start: RoundStart) -> Ending | tuple[Request, datetime | None]:
@@ -273,6 +327,8 @@ class Thinker:
             start.owner_id, self._settings.prompt.recent_messages
         )
         last_owner_at = latest_credible(view, start.started)
+        # Which channels are down is shared with every process: read it before choosing.
+        await self._delivery.refresh()
         skip = gate.pre_gate(
             settings=self._settings.gate,
             tz=tz,
@@ -286,7 +342,49 @@ class Thinker:
             return Ending(skip.outcome, skip.reason)
         memory = await recollect(self._memories, self._settings.memory, start.owner_id, view.recent)
         request = self._requests.build(view.recent, start.trigger, start.started, memory=memory)
+        unchanged = await self._skip_unchanged(start, request)
+        if unchanged is not None:
+            return unchanged
         return request, last_owner_at
+
+    def _digest(self, start: RoundStart, request: Request) -> str:
+        s = self._settings
+        return beat_digest(request, at=start.started, tz=s.owner.tz, quiet=s.gate.quiet_hours)
+
+    async def _silent_digest(self, start: RoundStart, request: Request) -> str:
+        """What the next heartbeat will ask if nothing happens but this silent round."""
+        return await next_beat_digest(
+            request,
+            builder=self._requests,
+            memories=self._memories,
+            settings=self._settings,
+            owner_id=start.owner_id,
+            at=start.started,
+        )
+
+    async def _skip_unchanged(self, start: RoundStart, request: Request) -> Ending | None:
+        """`skipped/unchanged` for a heartbeat that would ask what the last silent round asked.
+
+        Raises:
+            StoreError: the round log cannot be read.
+        """
+        schedule = self._settings.schedule
+        if self._rounds is None or not schedule.skip_unchanged or asks_every_time(start.trigger):
+            return None
+        same = await same_silent_round(
+            self._rounds,
+            start.owner_id,
+            self._digest(start, request),
+            at=start.started,
+            max_silence=schedule.max_silence,
+        )
+        if same is None:
+            return None
+        return Ending(
+            Outcome.SKIPPED,
+            Reason.UNCHANGED,
+            notes=(f"nothing new since round {same.id[:12]}, which stayed silent",),
+        )
 
     async def _verdict(
         self, start: RoundStart, request: Request, sofar: Ending, at: datetime

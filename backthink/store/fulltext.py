@@ -28,9 +28,19 @@ What the cursor cannot see:
 `forget` removes a memory's entries itself ('delete' with the old text).
 A `*_fts_vocab` table beside each index exposes per-term document counts.
 
+Recall reads a second index per table, the words index (`*_words`): a
+contentless FTS5 table (unicode61) of what `recall.index_text` makes of each
+text, its latin words and its CJK runs as overlapping 2-grams. The trigram
+index cannot match a two-character Chinese word (胃镜, 面试); this one can,
+and matches a latin stem as a word's prefix. It keeps no text: a row's
+entries are deleted with the words of the text it was indexed with. Both
+indexes are caught up together; a table's cursor is the lower of theirs.
+
 On PostgreSQL none of this exists: each `text` column gets a pg_trgm GIN
-index instead (`PG_FULLTEXT_DDL`), which PostgreSQL keeps current in every
-writer's transaction, the chat app's too (see `backthink.store.pg_recall`).
+index instead (`PG_FULLTEXT_DDL`), and a GIN index over the words
+`backthink_words(text)` makes of it (the same words and 2-grams, in SQL),
+which PostgreSQL keeps current in every writer's transaction, the chat
+app's too (see `backthink.store.pg_recall`).
 """
 
 from __future__ import annotations
@@ -39,6 +49,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy.engine import Connection
+
+from backthink.memory.recall import index_text
 
 INDEXED = ("memory", "message")
 """The tables whose `text` column has a full-text index."""
@@ -56,17 +68,49 @@ def _ddl(table: str) -> list[str]:
     ]
 
 
-FULLTEXT_DDL: tuple[str, ...] = tuple(sql for table in INDEXED for sql in _ddl(table))
-"""The statements that create every index and its vocabulary table."""
+def _words_ddl(table: str) -> str:
+    return (
+        f"CREATE VIRTUAL TABLE {table}_words USING fts5("
+        "text, content='', tokenize='unicode61 remove_diacritics 0')"
+    )
 
+
+FULLTEXT_DDL: tuple[str, ...] = tuple(
+    sql for table in INDEXED for sql in (*_ddl(table), _words_ddl(table))
+)
+"""The statements that create every index, its vocabulary table and its words index."""
+
+WORDS_BATCH = 2000
+"""Rows read at a time when a words index is filled whole."""
+
+
+_CJK_CLASS = "[\\u3040-\\u30ff\\u3400-\\u4dbf\\u4e00-\\u9fff\\uac00-\\ud7af\\uf900-\\ufaff]"
+
+PG_WORDS_FUNCTION = (
+    "CREATE FUNCTION backthink_words(t text) RETURNS text"
+    " LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$"
+    f" SELECT regexp_replace(t, '({_CJK_CLASS}+)', ' \\1 ', 'g') || ' '"
+    " || coalesce((SELECT string_agg(substr(r[1], i, 2), ' ')"
+    f" FROM regexp_matches(t, '({_CJK_CLASS}{{2,}})', 'g') AS r,"
+    " generate_series(1, char_length(r[1]) - 1) AS i), '')"
+    " $$"
+)
+"""The words of a text as PostgreSQL indexes them: the text, then its CJK runs as 2-grams."""
+
+PG_WORDS = "to_tsvector('simple'::regconfig, backthink_words(text))"
+"""The indexed expression; a query must spell it the same to use the index."""
 
 PG_FULLTEXT_DDL: tuple[str, ...] = (
     "CREATE EXTENSION IF NOT EXISTS pg_trgm",
     *(f"CREATE INDEX ix_{t}_text_trgm ON {t} USING gin (text gin_trgm_ops)" for t in INDEXED),
+    PG_WORDS_FUNCTION,
+    *(f"CREATE INDEX ix_{t}_text_words ON {t} USING gin (({PG_WORDS}))" for t in INDEXED),
 )
-"""PostgreSQL's equivalent: a trigram GIN index per table, serving ILIKE on any substring."""
+"""PostgreSQL's equivalent: per table a trigram GIN index, serving ILIKE on any substring,
+and a GIN index of its words, serving recall."""
 
 PG_FULLTEXT_INDEXES = frozenset(f"ix_{t}_text_trgm" for t in INDEXED)
+PG_WORDS_INDEXES = frozenset(f"ix_{t}_text_words" for t in INDEXED)
 
 
 def create_fulltext(connection: Connection) -> None:
@@ -86,11 +130,32 @@ def create_fulltext(connection: Connection) -> None:
         connection.exec_driver_sql(sql)
     for table in INDEXED:
         connection.exec_driver_sql(f"INSERT INTO {table}_fts({table}_fts) VALUES ('rebuild')")
+        fill_words(connection, table)
+
+
+def fill_words(connection: Connection, table: str, *, since: int = 0) -> None:
+    """Index in the words index every row of `table` past id `since`, batch by batch."""
+    while True:
+        found = connection.exec_driver_sql(
+            f"SELECT id, text FROM {table} WHERE id > ? ORDER BY id LIMIT ?",
+            (since, WORDS_BATCH),
+        ).all()
+        if not found:
+            return
+        _index_words(connection, table, found)
+        since = int(found[-1][0])
+
+
+def _index_words(connection: Connection, table: str, rows: Sequence[Any]) -> None:
+    connection.exec_driver_sql(
+        f"INSERT INTO {table}_words(rowid, text) VALUES (?, ?)",
+        [(int(i), index_text(str(t))) for i, t in rows],
+    )
 
 
 def is_fulltext_table(name: str) -> bool:
     """Whether a table name belongs to a full-text index (the index, its shadows, its vocab)."""
-    return any(name.startswith(f"{table}_fts") for table in INDEXED)
+    return any(name.startswith((f"{table}_fts", f"{table}_words")) for table in INDEXED)
 
 
 def is_fulltext(name: str | None, type_: str) -> bool:
@@ -98,15 +163,22 @@ def is_fulltext(name: str | None, type_: str) -> bool:
     if name is None:
         return False
     return (type_ == "table" and is_fulltext_table(name)) or (
-        type_ == "index" and name in PG_FULLTEXT_INDEXES
+        type_ == "index" and name in PG_FULLTEXT_INDEXES | PG_WORDS_INDEXES
+    )
+
+
+def _cursor_sql(table: str) -> str:
+    """The highest id both of a table's indexes hold."""
+    return (
+        f"min((SELECT coalesce(max(id), 0) FROM {table}_fts_docsize),"
+        f" (SELECT coalesce(max(id), 0) FROM {table}_words_docsize))"
     )
 
 
 TOPS_SQL = "SELECT " + ", ".join(
-    f"(SELECT coalesce(max(id), 0) FROM {t}), (SELECT coalesce(max(id), 0) FROM {t}_fts_docsize)"
-    for t in INDEXED
+    f"(SELECT coalesce(max(id), 0) FROM {t}), {_cursor_sql(t)}" for t in INDEXED
 )
-"""One row: each indexed table's highest id, then its highest indexed id."""
+"""One row: each indexed table's highest id, then the highest id both its indexes hold."""
 
 
 def parse_tops(row: Sequence[Any]) -> dict[str, tuple[int, int]]:
@@ -145,6 +217,13 @@ def catch_up(
         f" WHERE id > (SELECT coalesce(max(id), 0) FROM {fts}_docsize) ORDER BY id LIMIT ?",
         (rows,),
     )
+    found = connection.exec_driver_sql(
+        f"SELECT id, text FROM {table} WHERE id > (SELECT coalesce(max(id), 0)"
+        f" FROM {table}_words_docsize) ORDER BY id LIMIT ?",
+        (rows,),
+    ).all()
+    if found:
+        _index_words(connection, table, found)
     return indexed_since(connection, table, since, rows=rows)
 
 
@@ -152,10 +231,7 @@ def indexed_since(
     connection: Connection, table: str, since: int | None, *, rows: int = CATCH_UP_ROWS
 ) -> tuple[int, list[tuple[int, str]] | None]:
     """The cursor, and the rows indexed past `since` (None: too many, it went back, or no since)."""
-    fts = f"{table}_fts"
-    cursor = int(
-        connection.exec_driver_sql(f"SELECT coalesce(max(id), 0) FROM {fts}_docsize").scalar_one()
-    )
+    cursor = int(connection.exec_driver_sql(f"SELECT {_cursor_sql(table)}").scalar_one())
     if since is None or cursor < since:
         return cursor, None
     if cursor == since:
@@ -170,12 +246,19 @@ def indexed_since(
 
 
 def unindex(connection: Connection, table: str, row_id: int, text: str) -> None:
-    """Remove one row's entries from its index, if it was indexed; `text` is what was indexed."""
-    fts = f"{table}_fts"
-    indexed = connection.exec_driver_sql(
-        f"SELECT 1 FROM {fts}_docsize WHERE id = ?", (row_id,)
-    ).first()
-    if indexed is not None:
-        connection.exec_driver_sql(
-            f"INSERT INTO {fts}({fts}, rowid, text) VALUES ('delete', ?, ?)", (row_id, text)
-        )
+    """Remove one row's entries from its indexes, where indexed; `text` is what was indexed."""
+    for index, body in ((f"{table}_fts", text), (f"{table}_words", index_text(text))):
+        indexed = connection.exec_driver_sql(
+            f"SELECT 1 FROM {index}_docsize WHERE id = ?", (row_id,)
+        ).first()
+        if indexed is not None:
+            connection.exec_driver_sql(
+                f"INSERT INTO {index}({index}, rowid, text) VALUES ('delete', ?, ?)",
+                (row_id, body),
+            )
+
+
+def optimize(connection: Connection, table: str) -> None:
+    """Merge each of a table's indexes into one segment, leaving out deleted entries."""
+    for index in (f"{table}_fts", f"{table}_words"):
+        connection.exec_driver_sql(f"INSERT INTO {index}({index}) VALUES ('optimize')")

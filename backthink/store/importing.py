@@ -91,6 +91,8 @@ def parse_jsonl(
             data: Any = json.loads(line)
         except ValueError as exc:
             raise InputError(f"{source}:{number}: not valid JSON ({exc})") from None
+        except RecursionError:
+            raise InputError(f"{source}:{number}: not valid JSON (nested too deep)") from None
         if not isinstance(data, dict):
             raise InputError(f"{source}:{number}: expected a JSON object")
         out.append(parse_one(data, where=f"{source}:{number}", owner_id=owner_id, now=now, tz=tz))

@@ -38,13 +38,13 @@ _NEWEST_FIRST = (col(MemoryRow.created_at).desc(), col(MemoryRow.id).desc())
 # index rarely crowd out this owner's.
 _MEMORY_HITS = (
     "SELECT m.id, m.kind, m.text, m.created_at FROM"
-    " (SELECT rowid AS id, rank FROM memory_fts WHERE memory_fts MATCH :q"
+    " (SELECT rowid AS id, rank FROM memory_words WHERE memory_words MATCH :q"
     " ORDER BY rank LIMIT :wide) AS hit JOIN memory m ON m.id = hit.id"
     " WHERE m.owner_id = :owner ORDER BY hit.rank LIMIT :n"
 )
 _MESSAGE_HITS = (
     "SELECT m.id, m.text, m.created_at, m.role, m.origin FROM"
-    " (SELECT rowid AS id, rank FROM message_fts WHERE message_fts MATCH :q"
+    " (SELECT rowid AS id, rank FROM message_words WHERE message_words MATCH :q"
     " AND rowid < :before ORDER BY rank LIMIT :wide) AS hit JOIN message m ON m.id = hit.id"
     " WHERE m.owner_id = :owner AND m.session_id = :session AND m.undelivered = 0"
     " ORDER BY hit.rank LIMIT :n"
@@ -92,7 +92,7 @@ def _count_sql(fts: str, n: int) -> str:
 
 
 class _Counts(TermCounts):
-    """Term counts of one FTS5 index; its cursor (highest indexed rowid) is the mark.
+    """Term counts of one words index; its cursor (highest indexed rowid) is the mark.
 
     A count is read with a MATCH that stops past `DF_CAP` rows, so a common
     term costs no more than a rare one.
@@ -100,7 +100,7 @@ class _Counts(TermCounts):
 
     def __init__(self, table: str) -> None:
         super().__init__(table)
-        self.fts = f"{table}_fts"
+        self.fts = f"{table}_words"
 
     def sync(self, conn: Connection, cursor: int) -> None:
         """Bring the counts to the index's cursor, reading the rows indexed since `mark`."""
@@ -119,7 +119,7 @@ class _Counts(TermCounts):
             chunk = missing[start : start + COUNT_CHUNK]
             params: builtins.list[Any] = []
             for term in chunk:
-                params += [recall.quote(term), recall.DF_CAP + 1]
+                params += [recall.term_query(term), recall.DF_CAP + 1]
             (counts,) = _rows(conn, _count_sql(self.fts, len(chunk)), params)
             for term, count in zip(chunk, counts, strict=True):
                 self.store(term, int(count))
@@ -292,7 +292,7 @@ class SqlMemoryStore:
             conn.execute(delete(MemoryRow).where(col(MemoryRow.id) == memory_id))
             if self._fulltext:
                 fulltext.unindex(conn, "memory", memory_id, old)
-                conn.exec_driver_sql("INSERT INTO memory_fts(memory_fts) VALUES ('optimize')")
+                fulltext.optimize(conn, "memory")
             return True
 
         with store_errors("could not forget memory"):
@@ -482,7 +482,7 @@ class SqlMemoryStore:
         }
         df = {t: df_memory[t] + df_message[t] for t in recent}
         documents = max(cursors["memory"] + _below(cursors["message"], before), 1)
-        weights = recall.weigh(recent, df, documents)
+        weights = recall.weigh(recent, df, documents, window)
         memory_terms = recall.best(weights, df_memory)
         message_terms = recall.best(weights, df_message) if before is not None else []
         queried = {t: weights[t] for t in weights if t in memory_terms or t in message_terms}
@@ -491,7 +491,7 @@ class SqlMemoryStore:
             rows = conn.execute(
                 _query(_MEMORY_HITS),
                 {
-                    "q": recall.match_query(memory_terms),
+                    "q": recall.words_query(memory_terms),
                     "owner": owner_id,
                     "wide": recall.CANDIDATES * _WIDE + len(exclude),
                     "n": recall.CANDIDATES + len(exclude),
@@ -506,7 +506,7 @@ class SqlMemoryStore:
             rows = conn.execute(
                 _query(_MESSAGE_HITS),
                 {
-                    "q": recall.match_query(message_terms),
+                    "q": recall.words_query(message_terms),
                     "before": before,
                     "owner": owner_id,
                     "session": MAIN_SESSION,
@@ -518,7 +518,14 @@ class SqlMemoryStore:
                 recall.Candidate("message", i, body, at, role=role, origin=origin)
                 for i, body, at, role, origin in rows
             ]
-        items = recall.select(found, queried, window, limit=limit, max_chars=max_chars)
+        items = recall.select(
+            found,
+            queried,
+            window,
+            limit=limit,
+            max_chars=max_chars,
+            specific=recall.rare(df, documents),
+        )
         texts = {(c.kind, c.id): c.text for c in found}
         return _Result(
             tuple(items),

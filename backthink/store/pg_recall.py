@@ -6,15 +6,16 @@ caught up and nothing can be stale: a deleted row is gone, an edited one
 matches what it now says.
 
 Recall follows the same contract as on SQLite (`backthink.memory.recall`): the
-window's terms (CJK 3-grams, latin words of four letters or more) weigh
-recency times log(N / df), with df counted outside the window and capped at
-`DF_CAP + 1`; each table is queried with the best `TERMS` of the terms it
-holds and the rows go through the same gate, de-duplication and bounds. A
-term matches as a case-insensitive substring (`ILIKE '%term%'`), which the
-trigram index serves: a CJK 3-gram is one trigram, a latin word several.
-Where FTS5 ranks its rows by bm25 before the re-ranking, this query ranks
-them by the summed weights of the terms they hold, which is what the
-re-ranking computes.
+window's terms (CJK 2-grams, latin stems) weigh recency times log(N / df),
+with df counted outside the window and capped at `DF_CAP + 1`; each table
+is queried with the best `TERMS` of the terms it holds and the rows go
+through the same gate, de-duplication and bounds. A term is found by the
+words index (`fulltext.PG_WORDS`: a GIN index over the words and CJK
+2-grams `backthink_words` makes of a text), a CJK 2-gram as a whole lexeme,
+a latin stem as a lexeme's prefix, as FTS5 finds them on SQLite. Where FTS5
+ranks its rows by bm25 before the re-ranking, this query ranks them by the
+summed weights of the terms they hold, which is what the re-ranking
+computes.
 
 The database needs a UTF-8 encoding with a UTF-8 ctype (e.g. `C.UTF-8`):
 under the C ctype pg_trgm sees no CJK characters, and its index then finds
@@ -39,7 +40,7 @@ from backthink.models import MAIN_SESSION, Memory, MemoryKind, Message, Recalled
 from backthink.store.columns import UTCDateTime
 from backthink.store.database import Database
 from backthink.store.failures import store_errors
-from backthink.store.fulltext import CATCH_UP_ROWS, INDEXED
+from backthink.store.fulltext import CATCH_UP_ROWS, INDEXED, PG_WORDS
 from backthink.store.term_counts import TermCounts
 
 COUNT_CHUNK = 32
@@ -91,13 +92,13 @@ class _PgCounts(TermCounts):
         for start in range(0, len(missing), COUNT_CHUNK):
             chunk = missing[start : start + COUNT_CHUNK]
             one = (
-                "(SELECT count(*) FROM (SELECT 1 FROM {table} WHERE text ILIKE :p{i}"
-                " LIMIT :cap) AS c{i})"
+                "(SELECT count(*) FROM (SELECT 1 FROM {table} WHERE {words}"
+                " @@ to_tsquery('simple', :p{i}) LIMIT :cap) AS c{i})"
             )
             sql = "SELECT " + ", ".join(
-                one.format(table=self.table, i=i) for i in range(len(chunk))
+                one.format(table=self.table, words=PG_WORDS, i=i) for i in range(len(chunk))
             )
-            params: dict[str, Any] = {f"p{i}": like(t) for i, t in enumerate(chunk)}
+            params: dict[str, Any] = {f"p{i}": tsquery(t) for i, t in enumerate(chunk)}
             params["cap"] = recall.DF_CAP + 1
             counts = conn.execute(text(sql), params).one()
             for term, count in zip(chunk, counts, strict=True):
@@ -105,20 +106,36 @@ class _PgCounts(TermCounts):
         return self.df
 
 
+def tsquery(term: str) -> str:
+    """A term as a tsquery of the words index: a CJK 2-gram whole, a latin stem as a prefix.
+
+    A term is letters and digits only, so nothing in it is tsquery syntax; it
+    is quoted all the same.
+    """
+    quoted = "'" + term.replace("\\", "\\\\").replace("'", "''") + "'"
+    return quoted + (":*" if recall.is_word(term) else "")
+
+
 def _hits_sql(select: str, table: str, where: str, terms: int) -> str:
-    """Rows holding any of `terms` terms, ranked by the summed weights of those they hold."""
-    holds = [f"m.text ILIKE :p{i}" for i in range(terms)]
+    """Rows the words index finds for any of `terms` terms, best first.
+
+    They are ranked by the summed weights of the terms their text holds as
+    substrings (a cheap re-check of the few rows found), as the re-ranking
+    then does by word starts.
+    """
     score = " + ".join(
-        f"CASE WHEN {h} THEN CAST(:w{i} AS float8) ELSE 0 END" for i, h in enumerate(holds)
+        f"CASE WHEN m.text ILIKE :p{i} THEN CAST(:w{i} AS float8) ELSE 0 END" for i in range(terms)
     )
+    found = PG_WORDS.replace("(text)", "(m.text)")
     return (
-        f"SELECT {select} FROM {table} m WHERE {where} AND ({' OR '.join(holds)})"
+        f"SELECT {select} FROM {table} m WHERE {where}"
+        f" AND {found} @@ to_tsquery('simple', :q)"
         f" ORDER BY {score} DESC, m.created_at DESC, m.id DESC LIMIT :n"
     )
 
 
 def _term_params(terms: Sequence[str], weights: dict[str, float]) -> dict[str, Any]:
-    params: dict[str, Any] = {}
+    params: dict[str, Any] = {"q": " | ".join(tsquery(t) for t in terms)}
     for i, term in enumerate(terms):
         params[f"p{i}"] = like(term)
         params[f"w{i}"] = weights[term]
@@ -205,7 +222,7 @@ class PgRecall:
         }
         df = {t: df_memory[t] + df_message[t] for t in recent}
         below = top["message"] if before is None else min(top["message"], before - 1)
-        weights = recall.weigh(recent, df, max(top["memory"] + below, 1))
+        weights = recall.weigh(recent, df, max(top["memory"] + below, 1), window)
         memory_terms = recall.best(weights, df_memory)
         message_terms = recall.best(weights, df_message) if before is not None else []
         queried = {t: weights[t] for t in weights if t in memory_terms or t in message_terms}
@@ -236,4 +253,12 @@ class PgRecall:
                 recall.Candidate("message", i, body, at, role=role, origin=origin)
                 for i, body, at, role, origin in conn.execute(_query(sql), params)
             ]
-        return recall.select(found, queried, window, limit=limit, max_chars=max_chars)
+        documents = max(top["memory"] + below, 1)
+        return recall.select(
+            found,
+            queried,
+            window,
+            limit=limit,
+            max_chars=max_chars,
+            specific=recall.rare(df, documents),
+        )

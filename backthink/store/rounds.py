@@ -26,6 +26,7 @@ def round_values(record: RoundRecord) -> dict[str, Any]:
     values["notes"] = json.dumps(list(record.notes), ensure_ascii=False)
     values["tools"] = json.dumps([use.model_dump() for use in record.tools])
     values["recalled"] = json.dumps([ref.model_dump() for ref in record.recalled])
+    values["offered"] = json.dumps(list(record.offered), ensure_ascii=False)
     return values
 
 
@@ -34,6 +35,7 @@ def _to_record(row: RowMapping) -> RoundRecord:
     values["notes"] = json.loads(row["notes"])
     values["tools"] = json.loads(row["tools"])
     values["recalled"] = json.loads(row["recalled"])
+    values["offered"] = json.loads(row["offered"])
     return RoundRecord.model_validate(values)
 
 
@@ -109,6 +111,26 @@ class SqlRoundStore:
         with store_errors("could not read rounds"):
             rows = await self._db.read(lambda c: c.execute(query).mappings().all())
             return [_to_record(row) for row in rows]
+
+    async def last_asked(self, owner_id: str, since: datetime) -> RoundRecord | None:
+        """The owner's newest round started at or after `since` that called the model, or None.
+
+        A round that called the model carries its digest; the walk back is one
+        range of `ix_round_owner_started`, bounded by `since`.
+        """
+        query = (
+            select(RoundRow)
+            .where(
+                col(RoundRow.owner_id) == owner_id,
+                col(RoundRow.started_at) >= since.astimezone(UTC),
+                col(RoundRow.digest).is_not(None),
+            )
+            .order_by(col(RoundRow.started_at).desc(), col(RoundRow.id).desc())
+            .limit(1)
+        )
+        with store_errors("could not read rounds"):
+            row = await self._db.read(lambda c: c.execute(query).mappings().first())
+            return None if row is None else _to_record(row)
 
     async def marked_at(self, owner_id: str, name: str) -> datetime | None:
         """When the named mark was last set for this owner, or None."""

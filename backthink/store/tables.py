@@ -109,7 +109,9 @@ class RoundRow(_Table, table=True):
     """The audit record of one round.
 
     `notes` is a JSON list of strings, `tools` of calls, `recalled` of the
-    `{kind, id}` of the memories and messages its prompt showed.
+    `{kind, id}` of the memories and messages its prompt showed, `offered` of
+    the names of the tools it offered. `digest` is set on rounds that called
+    the model (see `backthink.round.unchanged`).
     """
 
     __tablename__ = "round"
@@ -135,6 +137,9 @@ class RoundRow(_Table, table=True):
     notes: str = Field(default="[]", sa_type=Text)
     tools: str = Field(default="[]", sa_type=Text, sa_column_kwargs={"server_default": "[]"})
     recalled: str = Field(default="[]", sa_type=Text, sa_column_kwargs={"server_default": "[]"})
+    # The digest of what the request said, on rounds that called the model.
+    digest: str | None = Field(default=None, sa_type=String)
+    offered: str = Field(default="[]", sa_type=Text, sa_column_kwargs={"server_default": "[]"})
 
 
 class DeliveryRow(_Table, table=True):
@@ -194,6 +199,10 @@ class MemoryRow(_Table, table=True):
     created_at: datetime = Field(sa_type=UTCDateTime)
     source: str = Field(sa_type=String)
     round_id: str | None = Field(default=None, sa_type=String)
+    # A kept thought that quotes outside text carries its provenance (see MemoryKind).
+    untrusted: bool = Field(
+        default=False, sa_type=Boolean, sa_column_kwargs={"server_default": false()}
+    )
 
 
 OWNER_SOURCES = ("config", "cli")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from backthink.memory import recall
+
 DF_CACHE_TERMS = 50_000
 """Cached document counts kept at most, per index, before the cache starts over."""
 
@@ -48,10 +50,10 @@ class TermCounts:
             if row_id <= self.mark:
                 continue
             low = body.lower()
-            pieces = {low[i : i + 3] for i in range(len(low) - 2)}
+            pieces = {low[i : i + 2] for i in range(len(low) - 1)}
             for piece in pieces:
                 for term in self._by_piece.get(piece, ()):
-                    if len(term) == 3 or term in low:
+                    if recall.holds(low, term):
                         self.df[term] += 1
         self.mark = cursor
 
@@ -67,4 +69,4 @@ class TermCounts:
     def store(self, term: str, count: int) -> None:
         """Keep the count of a term read from the database."""
         self.df[term] = count
-        self._by_piece.setdefault(term[:3], []).append(term)
+        self._by_piece.setdefault(term[:2], []).append(term)

@@ -229,6 +229,15 @@ class MemoryRoundStore:
         found.sort(key=lambda record: (record.started_at, record.id))
         return found[:limit]
 
+    async def last_asked(self, owner_id: str, since: datetime) -> RoundRecord | None:
+        """The owner's newest round started at or after `since` that called the model, or None."""
+        found = [
+            r
+            for r in self._rounds.values()
+            if r.owner_id == owner_id and r.started_at >= since and r.digest is not None
+        ]
+        return max(found, key=lambda record: (record.started_at, record.id), default=None)
+
 
 class MemoryOutbox:
     """An outbox in a dict, writing back into a MemoryMessageStore atomically."""
@@ -318,7 +327,7 @@ class MemoryOutbox:
 
 
 class MemoryMemoryStore:
-    """A MemoryStore in a dict; search and recall scan, as the trigram index would match.
+    """A MemoryStore in a dict; search and recall scan, as the indexes would match.
 
     Recall reads older messages from `messages`, the in-memory message store
     of the same app (None: memories only).
@@ -410,13 +419,11 @@ class MemoryMemoryStore:
         ]
         window_ids = set(ids)
         older = [m for m in every_message if m.id not in window_ids]
-        df_memory = {
-            t: sum(recall.contains(m.text, t) for m in self._rows.values()) for t in recent
-        }
-        df_message = {t: sum(recall.contains(m.text, t) for m in older) for t in recent}
+        df_memory = {t: sum(recall.indexed(m.text, t) for m in self._rows.values()) for t in recent}
+        df_message = {t: sum(recall.indexed(m.text, t) for m in older) for t in recent}
         df = {t: df_memory[t] + df_message[t] for t in recent}
         documents = self._max_id + (self._messages._max_id if self._messages else 0) - len(window)
-        weighed = recall.weigh(recent, df, documents)
+        weighed = recall.weigh(recent, df, documents, window)
         # As the SQL store does: each side queried by its own best terms.
         chosen = set(recall.best(weighed, df_memory)) | set(recall.best(weighed, df_message))
         weights = {t: w for t, w in weighed.items() if t in chosen}
@@ -439,7 +446,14 @@ class MemoryMemoryStore:
             and (m.id or 0) < before
             and any(recall.contains(m.text, t) for t in weights)
         ]
-        return recall.select(found, weights, window, limit=limit, max_chars=max_chars)
+        return recall.select(
+            found,
+            weights,
+            window,
+            limit=limit,
+            max_chars=max_chars,
+            specific=recall.rare(df, documents),
+        )
 
 
 class MemoryOwnerStore:

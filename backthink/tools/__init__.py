@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -103,16 +103,29 @@ def cut_result(text: str, limit: int) -> str:
 
 
 class ToolBox:
-    """The tools of one round, and the bounded way each call runs."""
+    """The tools of one round, and the bounded way each call runs.
 
-    def __init__(self, tools: Sequence[Tool], *, timeout_s: float, max_result_chars: int) -> None:
-        """Offer `tools` (names must be unique) with per-call bounds."""
+    Tools named in `held` are callable but not offered: they wait behind a
+    search (see `backthink.tools.budget`) until `offer` names them, or until
+    the model calls one by the name the search's listing showed it.
+    """
+
+    def __init__(
+        self,
+        tools: Sequence[Tool],
+        *,
+        timeout_s: float,
+        max_result_chars: int,
+        held: Collection[str] = (),
+    ) -> None:
+        """Offer `tools` (names must be unique) with per-call bounds, all but `held`."""
         self._tools: dict[str, Tool] = {}
         for tool in tools:
             name = tool.spec.name
             if name in self._tools:
                 raise ValueError(f"two tools are offered as {name!r}")
             self._tools[name] = tool
+        self._held = {name for name in held if name in self._tools}
         self._timeout_s = timeout_s
         self._max_result_chars = max_result_chars
         self._done: dict[tuple[str, str], str] = {}
@@ -121,8 +134,30 @@ class ToolBox:
 
     @property
     def specs(self) -> list[ToolSpec]:
-        """Every tool's spec, in the order they were given."""
-        return [tool.spec for tool in self._tools.values()]
+        """The specs offered now, in the order the tools were given."""
+        return [tool.spec for name, tool in self._tools.items() if name not in self._held]
+
+    @property
+    def held(self) -> list[str]:
+        """Names of the tools not offered yet, in the order they were given."""
+        return [name for name in self._tools if name in self._held]
+
+    def offer(self, names: Collection[str]) -> None:
+        """Offer these held tools from the next model step on."""
+        self._held.difference_update(names)
+
+    def definitions(self) -> list[dict[str, Any]]:
+        """The chat-completions entries of the tools offered now that can still be called.
+
+        A tool held behind `tool_search` is not offered yet, and one whose
+        server is known to be gone (`gone` is true, as an MCP server's tools
+        say once it stopped) is offered no more.
+        """
+        return [
+            tool.spec.definition()
+            for name, tool in self._tools.items()
+            if name not in self._held and not _gone(tool)
+        ]
 
     def __bool__(self) -> bool:
         return bool(self._tools)
@@ -134,6 +169,9 @@ class ToolBox:
         """Run one call; every failure becomes an error result, never an exception."""
         started = time.perf_counter()
         ok, text = await self._outcome(call)
+        if call.name in self._held:
+            # Called by the name the search listed: its definition goes with the next step.
+            self._held.discard(call.name)
         ms = round((time.perf_counter() - started) * 1000, 1)
         if not ok:
             text = f"error: {text}"
@@ -152,7 +190,7 @@ class ToolBox:
             return False, f"arguments longer than {MAX_ARGUMENT_CHARS} characters"
         try:
             arguments = json.loads(call.arguments or "{}")
-        except ValueError:
+        except (ValueError, RecursionError):
             return False, "the arguments are not valid JSON"
         if not isinstance(arguments, dict):
             return False, "the arguments must be a JSON object"
@@ -173,3 +211,8 @@ class ToolBox:
             return False, f"the tool failed ({type(exc).__name__})"
         self._done[key] = text
         return True, text
+
+
+def _gone(tool: Tool) -> bool:
+    """Whether a tool says it can no longer be called (most tools cannot stop)."""
+    return getattr(tool, "gone", False) is True

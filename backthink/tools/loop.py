@@ -2,8 +2,9 @@
 
 The loop ends with a reply that has text and no tool calls: its text carries
 the footer and is parsed exactly like a reply of a round without tools. It is
-bounded three ways: `max_steps` model turns that may call tools, `max_calls`
-calls in all, each call within the tool box's timeout. When a bound runs out
+bounded four ways: `max_steps` model turns that may call tools, `max_calls`
+calls in all, each call within the tool box's timeout, and the request's
+characters (`prompt.max_chars`), which every step fits. When a bound runs out
 the model gets one last turn with no tools offered; a reply that still asks
 for tools ends the round `suppressed/tool_limit`. Between two steps the loop
 asks whether the owner wrote meanwhile; if so it stops (`owner_active`): the
@@ -19,8 +20,9 @@ from enum import Enum
 
 from backthink.errors import ModelError, ToolsRefusedError
 from backthink.ports import ModelClient
-from backthink.records import ModelMessage, ModelReply, ToolUse
+from backthink.records import ModelMessage, ModelReply, ToolCall, ToolUse
 from backthink.tools import ToolBox
+from backthink.tools.room import REFUSALS_SHOWN, fit_step, size
 
 CALL_LIMIT_RESULT = "error: the call limit of this round is reached; write your answer now"
 
@@ -54,17 +56,23 @@ async def run_tool_loop(
     max_calls: int,
     owner_spoke: Callable[[], Awaitable[bool]],
     on_use: Callable[[ToolUse], None] = lambda use: None,
+    max_chars: int | None = None,
 ) -> LoopResult:
     """Run the model with the tools of `box` until it answers in text or a bound runs out.
 
     `on_use` hears of each call as it ends, so a round cut off in the middle
-    still knows the calls it made.
+    still knows the calls it made. With `max_chars`, every request stays
+    within it (or within the first request's size, if that is larger): each
+    step is cut to the room left (see `backthink.tools.room`), and once no
+    answer fits, the model gets its last call with no tools offered.
 
     Raises:
         ToolsRefusedError: the endpoint refused the tool definitions (on the first turn).
     """
     conversation = list(messages)
-    definitions = [spec.definition() for spec in box.specs]
+    used = sum(size(message) for message in conversation)
+    limit = used if max_chars is None else max(max_chars, used)
+    room_left = True
     uses: list[ToolUse] = []
     results: list[str] = []
     steps = calls = 0
@@ -72,7 +80,10 @@ async def run_tool_loop(
     latency = 0.0
     counted = False
     while True:
-        offer = definitions if steps < max_steps and calls < max_calls else []
+        more = steps < max_steps and calls < max_calls and room_left
+        # Asked again at every step: a search may have brought more tools into the
+        # offer, and a server that stopped is no longer offered.
+        offer = box.definitions() if more else []
         try:
             reply = await model.complete(conversation, tools=offer)
         except ToolsRefusedError:
@@ -96,21 +107,24 @@ async def run_tool_loop(
         if not offer:
             return LoopResult(summed, tuple(uses), tuple(results), Stop.TOOL_LIMIT)
         steps += 1
-        conversation.append(
-            ModelMessage(role="assistant", text=reply.text, tool_calls=reply.tool_calls)
-        )
         allowed = reply.tool_calls[: max(max_calls - calls, 0)]
         calls += len(allowed)
         ran = await asyncio.gather(*(box.run(call) for call in allowed))
+        answers: list[tuple[ToolCall, str]] = []
         for call, outcome in zip(allowed, ran, strict=True):
             uses.append(outcome.use)
             on_use(outcome.use)
             results.append(outcome.outside)
-            conversation.append(ModelMessage(role="tool", text=outcome.text, tool_call_id=call.id))
-        for call in reply.tool_calls[len(allowed) :]:
-            # Every call needs an answer, or the endpoint refuses the next request.
-            conversation.append(
-                ModelMessage(role="tool", text=CALL_LIMIT_RESULT, tool_call_id=call.id)
-            )
+            answers.append((call, outcome.text))
+        # Every call of the turn needs an answer, or the endpoint refuses the next
+        # request: a few calls past the limit are refused, the rest cut from the turn.
+        refused = reply.tool_calls[len(allowed) : len(allowed) + REFUSALS_SHOWN]
+        answers += [(call, CALL_LIMIT_RESULT) for call in refused]
+        step = fit_step(reply.text, answers, room=limit - used) if limit > used else None
+        if step is None:
+            room_left = False  # the request is full: the model answers from what it has
+        else:
+            conversation.extend(step)
+            used += sum(size(message) for message in step)
         if await owner_spoke():
             return LoopResult(summed, tuple(uses), tuple(results), Stop.OWNER_ACTIVE)

@@ -28,15 +28,22 @@ import structlog
 from anyio.abc import TaskGroup
 from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
 from mcp import types as mcp_types
+from mcp.client.session import MessageHandlerFnT
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp_types.jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
 from backthink.config import McpServerSettings
 from backthink.tools import Tool, ToolError, ToolSpec
+from backthink.tools.mcp_reasons import (
+    NOT_A_SERVER,
+    NotAServerError,
+    reason,
+    start_reason,
+    unavailable,
+)
 from backthink.tools.mcp_shapes import (
     MAX_LIST_PAGES,
-    MAX_NOTE_CHARS,
     MAX_SCHEMA_CHARS,
     MAX_TOOLS_PER_SERVER,
     clean_schema,
@@ -81,6 +88,11 @@ class McpTool:
         return self._server.name
 
     @property
+    def gone(self) -> bool:
+        """Whether the tool's server stopped: it is no longer offered, and a call fails at once."""
+        return self._server.stopped is not None
+
+    @property
     def original_name(self) -> str:
         """The tool's name as its server gives it."""
         return self._original_name
@@ -108,9 +120,9 @@ class McpTool:
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
             raise self._stopped("connection closed") from exc
         except (OSError, httpx2.HTTPError) as exc:
-            raise self._stopped(_reason(exc, self._timeout_s)) from exc
+            raise self._stopped(reason(exc, self._timeout_s)) from exc
         except Exception as exc:  # an ExceptionGroup or a schema mismatch: never past the tool
-            raise ToolError(f"server {server.name}: {_reason(exc, self._timeout_s)}") from exc
+            raise ToolError(f"server {server.name}: {reason(exc, self._timeout_s)}") from exc
         if not isinstance(result, mcp_types.CallToolResult):
             raise ToolError(f"server {server.name}: unexpected result")
         text = render_result(result)
@@ -171,7 +183,7 @@ async def open_mcp_tools(
     taken: set[str] = set()
     for owner in owners:
         if owner.failure is not None or owner.server is None:
-            notes.append(_unavailable(owner.name, owner.failure or "stopped at start"))
+            notes.append(unavailable(owner.name, owner.failure or "stopped at start"))
             continue
         allow = owner.settings.allow
         offered = 0
@@ -213,6 +225,24 @@ class _Owner:
         self.server: _Server | None = None
         self.listing: list[mcp_types.Tool] = []
         self.failure: str | None = None
+        self.garbled = False
+        """The program wrote a line that is not JSON-RPC: it is no MCP server."""
+        self._starting: anyio.CancelScope | None = None
+
+    async def heard(self, message: object) -> None:
+        """The session's handler of what the server sends unasked, and of unreadable lines.
+
+        The first unreadable line says the program is no MCP server: its start
+        ends at once (with one line saying so, never the SDK's traceback);
+        later in a round it is said once.
+        """
+        if not isinstance(message, Exception) or self.garbled:
+            return
+        self.garbled = True
+        if self._starting is not None:
+            self._starting.cancel()
+        else:
+            log.warning("mcp.garbled", server=self.name, reason=NOT_A_SERVER)
 
     async def run(self, timeout_s: float, errlog_dir: Path | None) -> None:
         """Open, list, wait for the release, close; never raises but for cancellation."""
@@ -220,23 +250,28 @@ class _Owner:
             async with AsyncExitStack() as own:
                 try:
                     errlog = errlog_dir / f"mcp-{self.name}.log" if errlog_dir else None
-                    session = await _enter(self.settings, own, errlog, timeout_s)
-                    self.listing = await _handshake(session, timeout_s)
+                    session = await _enter(self.settings, own, errlog, timeout_s, self.heard)
+                    # Safe here too: this scope encloses only requests, no context the SDK entered.
+                    with anyio.CancelScope() as self._starting:
+                        self.listing = await _handshake(session, timeout_s)
+                    self._starting = None
+                    if self.garbled:
+                        raise NotAServerError(NOT_A_SERVER)
                 except Exception as exc:
-                    self._fail(_start_reason(exc, self.settings, timeout_s))
+                    self._fail(start_reason(exc, self.settings, timeout_s))
                     return  # leaving `own` closes what was opened, while the round goes on
                 self.server = _Server(self.name, session)
                 self.ready.set()
                 await self.release.wait()
         except Exception as exc:
             # A transport's own task failed: its task group cancelled us and raised here.
-            reason = _reason(exc, timeout_s)
+            why = reason(exc, timeout_s)
             if not self.ready.is_set():
-                self._fail(reason)
+                self._fail(why)
             elif not self.release.is_set():
-                log.warning("mcp.stopped", server=self.name, reason=reason)
+                log.warning("mcp.stopped", server=self.name, reason=why)
             if self.server is not None and self.server.stopped is None:
-                self.server.stopped = reason
+                self.server.stopped = why
         finally:
             self.ready.set()
             if self.server is not None and self.server.stopped is None:
@@ -278,7 +313,11 @@ class _Owners:
 
 
 async def _enter(
-    settings: McpServerSettings, own: AsyncExitStack, errlog: Path | None, timeout_s: float
+    settings: McpServerSettings,
+    own: AsyncExitStack,
+    errlog: Path | None,
+    timeout_s: float,
+    heard: MessageHandlerFnT,
 ) -> ClientSession:
     """Open the transport and the session of one server on `own`."""
     if settings.command:
@@ -299,7 +338,8 @@ async def _enter(
         read, write = await own.enter_async_context(
             streamable_http_client(settings.url, http_client=client)
         )
-    return await own.enter_async_context(ClientSession(read, write, read_timeout_seconds=timeout_s))
+    session = ClientSession(read, write, read_timeout_seconds=timeout_s, message_handler=heard)
+    return await own.enter_async_context(session)
 
 
 def _errlog(path: Path | None) -> TextIO:
@@ -324,44 +364,3 @@ async def _handshake(session: ClientSession, timeout_s: float) -> list[mcp_types
             if not cursor:
                 break
     return tools
-
-
-def _unavailable(name: str, reason: str) -> str:
-    note = short(f"mcp_unavailable: {name}: {reason}", MAX_NOTE_CHARS)
-    log.warning("mcp.unavailable", server=name, reason=reason)
-    return note
-
-
-def _start_reason(exc: Exception, settings: McpServerSettings, timeout_s: float) -> str:
-    """Why a server could not be started: the program's name, never its arguments or env."""
-    program = short(settings.command[0], 60) if settings.command else ""
-    if isinstance(exc, FileNotFoundError) and program:
-        return f"command not found: {program}"
-    if isinstance(exc, PermissionError) and program:
-        return f"command not executable: {program}"
-    return _reason(exc, timeout_s)
-
-
-def _reason(exc: BaseException, timeout_s: float) -> str:
-    """A short reason for a failure, without URLs, arguments or environment values."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    if isinstance(exc, TimeoutError):
-        return f"no answer within {timeout_s:g} s"
-    if isinstance(exc, MCPError):
-        if exc.code == REQUEST_TIMEOUT:
-            return f"no answer within {timeout_s:g} s"
-        if exc.code == CONNECTION_CLOSED:
-            return "connection closed (the server exited?)"
-        return short(exc.message, 100)
-    if isinstance(exc, httpx2.ConnectError):
-        return "cannot connect"
-    if isinstance(exc, httpx2.TimeoutException):
-        return f"no answer within {timeout_s:g} s"
-    if isinstance(exc, httpx2.HTTPStatusError):
-        return f"HTTP {exc.response.status_code}"
-    if isinstance(exc, OSError) and exc.strerror:
-        return short(exc.strerror, 100)
-    return type(exc).__name__
-
-

@@ -14,16 +14,26 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from backthink.config import Settings
-from backthink.ports import Clock, MemoryStore, RoundStore
+from backthink.ports import ENDPOINT_MARKS, Clock, MemoryStore, RoundStore
 from backthink.tools import Tool, ToolBox
+from backthink.tools.budget import budget_box
 from backthink.tools.builtin import RoundContext, builtin_tools
 
 # An endpoint that refused tool definitions gets plain rounds this long, then is asked again.
 TOOLS_REFUSAL_HOLD = timedelta(days=1)
 # An MCP call may take this share of `tools.timeout`; the tool box cuts it off at the whole.
 MCP_CALL_SHARE = 0.9
-# Marks that belong to an endpoint, not to an owner, are kept under this owner id.
-ENDPOINT_MARKS = "*"
+
+
+def offers_tools(settings: Settings) -> bool:
+    """Whether the settings have rounds offer tools (the endpoint's refusal aside)."""
+    t = settings.tools
+    # A json_schema round offers no tools: its one reply is constrained to the
+    # decision object, which leaves no room for a tool call, and the small
+    # models that need the constraint seldom use tools well anyway.
+    if settings.model.output == "json_schema":
+        return False
+    return t.enabled and t.max_steps > 0 and t.max_calls > 0
 
 
 class ToolOffer:
@@ -61,13 +71,7 @@ class ToolOffer:
     @property
     def enabled(self) -> bool:
         """Whether rounds offer tools at all (the endpoint's refusal aside)."""
-        t = self._settings.tools
-        # A json_schema round offers no tools: its one reply is constrained to the
-        # decision object, which leaves no room for a tool call, and the small
-        # models that need the constraint seldom use tools well anyway.
-        if self._settings.model.output == "json_schema":
-            return False
-        return t.enabled and t.max_steps > 0 and t.max_calls > 0
+        return offers_tools(self._settings)
 
     async def refused(self) -> bool:
         """Whether this endpoint and model refused tools less than `TOOLS_REFUSAL_HOLD` ago."""
@@ -84,11 +88,12 @@ class ToolOffer:
             await self._rounds.mark(ENDPOINT_MARKS, self._refusal_mark, at)
 
     async def open(
-        self, owner_id: str, round_id: str, stack: AsyncExitStack
+        self, owner_id: str, round_id: str, stack: AsyncExitStack, *, servers: bool = True
     ) -> tuple[ToolBox, list[str]]:
         """The tool box of one round, and a note for each MCP server that could not serve.
 
-        MCP servers are started on `stack` and stop when it closes.
+        MCP servers are started on `stack` and stop when it closes; without
+        `servers` none is started and their tools are left out.
         """
         t = self._settings.tools
         names: list[str] = []
@@ -105,7 +110,7 @@ class ToolOffer:
             tools += builtin_tools(self._memories, self._rounds, context, lambda: names)
         tools += self._extra
         problems: list[str] = []
-        if t.mcp:
+        if t.mcp and servers:
             # Imported only when configured: the SDK is a large import the idle daemon skips.
             from backthink.tools.mcp import open_mcp_tools
 
@@ -120,7 +125,10 @@ class ToolOffer:
             )
             tools += served
         names.extend(tool.spec.name for tool in tools)
-        box = ToolBox(
-            tools, timeout_s=t.timeout.total_seconds(), max_result_chars=t.max_result_chars
+        box = budget_box(
+            tools,
+            max_chars=t.max_chars,
+            timeout_s=t.timeout.total_seconds(),
+            max_result_chars=t.max_result_chars,
         )
         return box, list(problems)

@@ -58,6 +58,17 @@ class DayLine:
         return round(min(max(share, 0.0), 1.0) * WIDTH, 2)
 
 
+# The days a page may show: a day, its neighbours (the page links them) and their
+# midnights in UTC must all be dates Python can hold, whatever the owner's zone.
+FIRST_DAY = date.min + timedelta(days=2)
+LAST_DAY = date.max - timedelta(days=2)
+
+
+def in_range(day: date) -> bool:
+    """Whether a page can show `day` (far from the first and last dates there are)."""
+    return FIRST_DAY <= day <= LAST_DAY
+
+
 def day_bounds(day: date, tz: ZoneInfo) -> tuple[datetime, datetime]:
     """The UTC instants of the local midnight that starts `day` and the one that ends it."""
     start = datetime.combine(day, time(0), tzinfo=tz).astimezone(UTC)

@@ -1,8 +1,9 @@
-"""The page's routes (Starlette) and its server (uvicorn), inside the daemon's own event loop.
+"""The page's routes (Starlette), served inside the daemon's own event loop (see `listen`).
 
 The pages read the same stores the rounds write, through the daemon's `App`;
-they never run a round. A page load costs a few indexed reads; a round costs
-exactly what it costs without the page.
+they never run a round and start nothing (no MCP server: a round's page shows
+the tools it offered from its record). A page load costs a few indexed reads;
+a round costs exactly what it costs without the page.
 """
 
 from __future__ import annotations
@@ -22,14 +23,15 @@ from backthink.decision.reply import read_reply
 from backthink.errors import BackthinkError, InputError, StoreError
 from backthink.host.app import App
 from backthink.host.fleet import Fleet
+from backthink.host.limits import IDLE_S, PAGE_CONNECTIONS
 from backthink.host.live import Live, LiveStatus
 from backthink.host.serving import HttpServer, serve
 from backthink.host.status import NOT_CONFIGURED, Status, model_health, owner_status
 from backthink.models import MemoryKind, Message
 from backthink.records import RoundRecord
 from backthink.round.pause import parse_pause_duration
-from backthink.web import pages, static
-from backthink.web.day import day_bounds, lay_out, local_day
+from backthink.web import pages, round_page, static
+from backthink.web.day import FIRST_DAY, LAST_DAY, day_bounds, in_range, lay_out, local_day
 from backthink.web.guard import Guard
 
 log = structlog.get_logger("backthink.web")
@@ -91,6 +93,8 @@ class Pages:
             day = date.fromisoformat(request.path_params["day"])
         except ValueError:
             return _page("Not a day", "Days are written YYYY-MM-DD.", 404)
+        if not in_range(day):
+            return _page("No such day", f"Days run from {FIRST_DAY} to {LAST_DAY}.", 404)
         return await self._day(day)
 
     async def _day(self, day: date) -> Response:
@@ -133,7 +137,7 @@ class Pages:
         delivery = await self._app.outbox.get(record.id)
         kept = await self._app.memories.list(self._owner, limit=MEMORIES_SHOWN)
         request_body, problem = await self._dry_run(record.trigger)
-        html = pages.round_page(
+        html = round_page.round_page(
             record,
             self._tz,
             delivery=delivery,
@@ -141,6 +145,7 @@ class Pages:
             shown=await self._shown(record),
             request=request_body,
             request_problem=problem,
+            servers=list(self._app.settings.tools.mcp),
             reply=None
             if record.raw_reply is None
             else read_reply(
@@ -151,7 +156,7 @@ class Pages:
         )
         return HTMLResponse(html)
 
-    async def _shown(self, record: RoundRecord) -> list[pages.Shown]:
+    async def _shown(self, record: RoundRecord) -> list[round_page.Shown]:
         """The memories and messages the round's prompt showed, as they are now."""
         refs = record.recalled
         memories = await self._app.memories.get_many(
@@ -163,18 +168,22 @@ class Pages:
         memory_texts = {m.id: m.text for m in memories}
         message_texts = {m.id: m.text for m in messages}
         return [
-            pages.Shown(r, (message_texts if r.kind == "message" else memory_texts).get(r.id))
+            round_page.Shown(r, (message_texts if r.kind == "message" else memory_texts).get(r.id))
             for r in refs
         ]
 
     async def _dry_run(self, trigger: str) -> tuple[dict[str, Any] | None, str | None]:
-        """What `think --dry-run --trigger TRIGGER` would send now, or why it cannot say."""
+        """What `think --dry-run --trigger TRIGGER` would send now, or why it cannot say.
+
+        No MCP server is started for it: a page view has no side effects, so
+        their tools are left out of the tools shown.
+        """
         from backthink.model.body import request_body
 
         thinker = self._app.thinker
         try:
             request = await thinker.prepare(self._owner, trigger)
-            tools = await thinker.offered_tools(self._owner)
+            tools = await thinker.offered_tools(self._owner, servers=False)
         except BackthinkError as exc:
             return None, f"cannot assemble the request now: {exc}"
         return request_body(self._app.settings.model, request.messages, tools=tools), None
@@ -227,6 +236,8 @@ class Pages:
             day = date.fromisoformat(query["day"]) if "day" in query else None
         except ValueError:
             return JSONResponse({"error": "limit is a number, day is YYYY-MM-DD"}, 400)
+        if day is not None and not in_range(day):
+            return JSONResponse({"error": f"day runs from {FIRST_DAY} to {LAST_DAY}"}, 400)
         if day is None:
             records = await self._app.rounds.list(owner_id=self._owner, limit=limit)
         else:
@@ -304,8 +315,15 @@ WebServer = HttpServer
 """The page's server (the one listener it shares with the API when their addresses match)."""
 
 
-async def start_web(app: App, owner_id: str, *, live: Live | None = None) -> HttpServer:
-    """Listen on `web.listen` and serve the page until `stop`.
+async def start_web(
+    app: App,
+    owner_id: str,
+    *,
+    live: Live | None = None,
+    max_connections: int = PAGE_CONNECTIONS,
+    idle_s: float = IDLE_S,
+) -> HttpServer:
+    """Listen on `web.listen` and serve the page until `stop` (bounded as `serve` says).
 
     Raises:
         BackthinkError: the address cannot be listened on (in use, not this machine's).
@@ -320,6 +338,8 @@ async def start_web(app: App, owner_id: str, *, live: Live | None = None) -> Htt
         listen=web.listen,
         ready=["web.ready"],
         fields={"token": web.secret is not None},
+        max_connections=max_connections,
+        idle_s=idle_s,
     )
 
 

@@ -29,6 +29,7 @@ _WORDS: dict[str, str] = {
     Reason.DISABLED: "rounds are paused (backthink pause, or the page's pause button)",
     Reason.NO_MODEL: "no model endpoint is configured, so nothing was asked or spent",
     Reason.NO_PUSH: "the model decided it had nothing to say",
+    Reason.UNCHANGED: "nothing was new since the last silent round, so the model was not asked",
     Reason.PARSE_FAILED: "the reply had no clear decision footer, so nothing was sent",
     Reason.EMPTY_BODY: "the model decided to push but wrote no message",
     Reason.BODY_TOO_LONG: "the message was longer than gate.max_body_chars",

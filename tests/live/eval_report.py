@@ -135,6 +135,21 @@ def render(results: dict[str, dict[str, Any]]) -> str:
             f"{key:<17}" + "".join(f"{_percent(cell(m, lang).get(key)):>15}" for m, lang in columns)
         )
     for mode, data in results.items():
+        views = [*data["figures"].items(), *data["baselines"].items()]
+        lines.append("")
+        lines.append(f"{mode:<17}" + "".join(f"{name:>11}" for name, _ in views))
+        for key in ("pushes", *FIGURES):
+            cells = [f[key] if key == "pushes" else _percent(f[key]) for _, f in views]
+            lines.append(f"{key:<17}" + "".join(f"{cell:>11}" for cell in cells))
+        kappas = ["-" if f["kappa"] is None else f"{f['kappa']:.2f}" for _, f in views]
+        lines.append(f"{'kappa':<17}" + "".join(f"{cell:>11}" for cell in kappas))
+        if data.get("days"):
+            days = [*data["day_figures"].items(), *data["day_baselines"].items()]
+            for key in ("day_precision", "day_recall", "over_budget"):
+                cells = [f[key] if key == "over_budget" else _percent(f[key]) for _, f in days]
+                lines.append(f"{key:<17}" + "".join(f"{cell:>11}" for cell in cells))
+    lines.append("")
+    for mode, data in results.items():
         latency = data["latency_ms"]
         p50 = latency["p50"]
         lines.append(
@@ -182,7 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"live eval: {mode}: {data['errors']} runs failed", file=sys.stderr)
             code = 1
     constrained = results.get("json_schema")
-    if constrained is not None:
+    # A file of days only has no single scenario whose replies a parse rate counts.
+    if constrained is not None and constrained["scenarios"]:
         rate = constrained["parse_rate"]
         if rate is None or rate < args.min_parse_rate:
             print(

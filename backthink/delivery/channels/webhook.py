@@ -31,7 +31,10 @@ as HTTP Basic authorization, never as part of the request line. Redirects are
 not followed: a 3xx answer means the URL is wrong and fails the delivery.
 
 Answers: any 2xx is delivered. 408, 425, 429, any 5xx, timeouts and network
-errors fail with a retryable error; any other status fails for good.
+errors fail with a retryable error; any other status fails for good. Each
+attempt, from connecting to the last byte of the status and headers, ends
+within the channel's ``timeout_s``: a receiver that dribbles its answer a
+byte at a time is cut off there, as one that never answers is.
 """
 
 from __future__ import annotations
@@ -46,10 +49,12 @@ import importlib.metadata
 import json
 import socket
 import ssl
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import IO
+from collections.abc import Callable
+from typing import IO, Any
 
 from backthink.config import WebhookChannelSettings
 from backthink.errors import ConfigError, DeliveryError
@@ -71,6 +76,7 @@ def _version() -> str:
 
 USER_AGENT = f"backthink/{_version()}"
 RETRYABLE_STATUSES = frozenset({408, 425, 429})  # plus every 5xx
+THREAD_GRACE_S = 1.0  # seconds past timeout_s the sending thread has to notice its deadline
 
 
 def sign(body: bytes, secret: str) -> str:
@@ -134,6 +140,88 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
         return None
 
 
+class _Deadline:
+    """The sockets of one attempt, shut down when its time is up.
+
+    Socket timeouts bound each read, so a receiver that sends a byte now and
+    then would hold the attempt (and the thread, and the owner's delivery)
+    for ever. A timer shuts the attempt's sockets down at the deadline; the
+    blocked read returns at once and the attempt fails as timed out.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.expired = False
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+    def watch(self, sock: socket.socket) -> socket.socket:
+        """Shut `sock` down at the deadline (at once if it already passed)."""
+        with self._lock:
+            self._sockets.append(sock)
+            expired = self.expired
+        if expired:
+            _shut(sock)
+        return sock
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            sockets = list(self._sockets)
+        for sock in sockets:
+            _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    # The plain socket's shutdown, even for a TLS socket: it acts on the descriptor and
+    # leaves the TLS object, which another thread is reading with, alone.
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+def _watched(base: type[http.client.HTTPConnection], deadline: _Deadline) -> Any:
+    """A connection class like `base` whose socket `deadline` shuts down when it passes."""
+
+    class Watched(base):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            create: Callable[..., socket.socket] = self._create_connection  # type: ignore[has-type]
+
+            def watched(*args: Any, **kwargs: Any) -> socket.socket:
+                # Watched from its creation, so a TLS handshake is bounded too.
+                return deadline.watch(create(*args, **kwargs))
+
+            self._create_connection = watched
+
+    return Watched
+
+
+class _WatchedHTTP(urllib.request.HTTPHandler):
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__()
+        self._deadline = deadline
+
+    def do_open(self, http_class: Any, req: urllib.request.Request, **kwargs: Any) -> Any:
+        return super().do_open(_watched(http_class, self._deadline), req, **kwargs)
+
+
+class _WatchedHTTPS(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__()
+        self._deadline = deadline
+
+    def do_open(self, http_class: Any, req: urllib.request.Request, **kwargs: Any) -> Any:
+        return super().do_open(_watched(http_class, self._deadline), req, **kwargs)
+
+
 class WebhookChannel:
     """POSTs each message as signed JSON to one URL.
 
@@ -176,7 +264,6 @@ class WebhookChannel:
             raise ConfigError(f"channels.{name}.secret: must not be empty")
         self._secret = secret
         self._timeout_s = settings.timeout_s
-        self._opener = urllib.request.build_opener(_NoRedirects())
 
     @property
     def connected(self) -> bool:
@@ -216,12 +303,38 @@ class WebhookChannel:
                 the message.
         """
         body = encode_body(message)
-        await asyncio.to_thread(self._post, body, self.headers_for(message, body))
+        try:
+            # The attempt's own deadline ends the thread's work; this one frees the
+            # delivery even where nothing can interrupt it (a host name lookup).
+            async with asyncio.timeout(self._timeout_s + THREAD_GRACE_S):
+                await asyncio.to_thread(self._post, body, self.headers_for(message, body))
+        except TimeoutError:
+            raise self._timed_out() from None
+
+    def _timed_out(self) -> DeliveryError:
+        return network_error(
+            self.name, TimeoutError(), timeout_s=self._timeout_s, target=self.target
+        )
 
     def _post(self, body: bytes, headers: dict[str, str]) -> None:
         request = urllib.request.Request(self._url, data=body, headers=headers, method="POST")
+        with _Deadline(self._timeout_s) as deadline:
+            opener = urllib.request.build_opener(
+                _NoRedirects(), _WatchedHTTP(deadline), _WatchedHTTPS(deadline)
+            )
+            try:
+                self._exchange(opener, request)
+            except DeliveryError:
+                if deadline.expired:
+                    # The sockets were shut under the read: what broke was the deadline.
+                    raise self._timed_out() from None
+                raise
+
+    def _exchange(
+        self, opener: urllib.request.OpenerDirector, request: urllib.request.Request
+    ) -> None:
         try:
-            with self._opener.open(request, timeout=self._timeout_s):
+            with opener.open(request, timeout=self._timeout_s):
                 # Any 2xx: the answer's body carries nothing we need.
                 return
         except urllib.error.HTTPError as error:
