@@ -17,7 +17,7 @@ from backthink.decision.reply import read_reply
 from backthink.decision.tags import has_tags
 from backthink.errors import StoreError
 from backthink.memory.block import MemoryBlock, render_memory_block
-from backthink.models import Memory, MemoryKind, MemoryRef, Outcome, Recalled
+from backthink.models import Memory, MemoryKind, MemoryRef, Message, Outcome, Recalled
 from backthink.store.volatile import MemoryMemoryStore
 from backthink.testing import Calls, FakeClock, ScriptedModel, make_rig, proactive_messages
 from backthink.tools import ToolSpec
@@ -30,7 +30,6 @@ T0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)  # 10:00 in Shanghai
 def kept_thought(reply: str, max_chars: int) -> str:
     """The thought the journal keeps of a reply in footer mode."""
     return read_reply(reply, output="footer", max_body_chars=600).journal_thought(max_chars)
-
 
 
 def settings(**memory: object) -> Settings:
@@ -69,9 +68,7 @@ def test_the_body_and_the_footer_are_never_part_of_the_thought() -> None:
 
 
 def test_a_reply_without_footer_is_all_thought_without_tags() -> None:
-    assert kept_thought("just musing [decision:push] here", 400) == (
-        "just musing here"
-    )
+    assert kept_thought("just musing [decision:push] here", 400) == ("just musing here")
 
 
 def test_a_long_thought_keeps_its_conclusion() -> None:
@@ -332,7 +329,12 @@ async def test_a_thought_quoting_a_tool_result_keeps_its_provenance(
             "owner": {"id": "o", "name": "开拓者", "timezone": "Asia/Shanghai"},
             "persona": {"id": "cyrene", "name": "昔涟"},
             "prompt": {"dir": str(PROMPTS)},
-            "gate": {"default_channel": "web", "quiet_hours": "23:00-07:00", "min_interval": "0s"},
+            "gate": {
+                "default_channel": "web",
+                "quiet_hours": "23:00-07:00",
+                "min_interval": "0s",
+                "activity_window": "10m",
+            },
         }
     )
     db = None
@@ -349,6 +351,10 @@ async def test_a_thought_quoting_a_tool_result_keeps_its_provenance(
         [kept] = await memories.list("o", kind=MemoryKind.THOUGHT)
         assert kept.untrusted is True
         rig.clock.advance(timedelta(minutes=30))
+        # Something new, so the heartbeat asks the model again rather than skip as unchanged;
+        # said before the activity window, so the owner is not chatting right now.
+        said = rig.clock.now() - timedelta(minutes=20)
+        await rig.messages.add(Message(owner_id="o", role="user", text="还没睡", created_at=said))
         second = await rig.thinker.run_round("o", "heartbeat")
         assert (second.outcome, second.reason) == (Outcome.SUPPRESSED, "parse_failed")
         assert "echoed_footer" in second.notes
