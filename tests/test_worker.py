@@ -28,7 +28,7 @@ from fake_openai import FakeOpenAI, Reply
 from backthink.config import Settings
 from backthink.host.queue import STALLED_S
 from backthink.records import RoundRecord
-from backthink.round.thinker import SLOT_NOTE
+from backthink.round.record import SLOT_NOTE
 from backthink.store import open_database
 
 OWNERS = 300

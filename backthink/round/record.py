@@ -11,7 +11,7 @@ next chance.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 
 import structlog
 
@@ -242,3 +242,12 @@ class Recorder:
             reserve=str(self._spill.reserve),
             waiting=self._spill.in_reserve(),
         )
+
+
+SLOT_NOTE = "scheduled for "
+
+
+def slot_note(scheduled_for: datetime, started: datetime) -> str:
+    """The note of a queued round: its slot (UTC, ISO 8601) and how late it began."""
+    late = max(0.0, (started - scheduled_for).total_seconds())
+    return f"{SLOT_NOTE}{scheduled_for.astimezone(UTC).isoformat()}, began {late:.1f} s later"

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from contextlib import AsyncExitStack
 from dataclasses import replace
-from datetime import UTC, datetime
-from typing import Any
+from datetime import datetime
 
 import structlog
 
@@ -41,14 +39,10 @@ from backthink.round.record import (
     reply_chars,
     resumed_record,
     round_record,
+    slot_note,
 )
 from backthink.round.request import Request, RequestBuilder
-from backthink.round.unchanged import (
-    asks_every_time,
-    beat_digest,
-    next_beat_digest,
-    same_silent_round,
-)
+from backthink.round.unchanged import UnchangedBeats, asks_every_time
 from backthink.tools.budget import OfferedTools
 from backthink.tools.loop import Stop
 from backthink.tools.offer import ToolOffer
@@ -86,8 +80,9 @@ class Thinker:
         self._offer = offer
         self._model_missing_hint = model_missing_hint
         self._pauses = pauses
-        self._rounds = rounds
-        """The round log unchanged heartbeats are judged by; None: every heartbeat asks."""
+        self._beats = UnchangedBeats(
+            settings, builder=requests, memories=self._memories, rounds=rounds
+        )
         self._in_flight: set[str] = set()
         self._reply_chars = reply_chars(settings.model.max_tokens)
 
@@ -106,34 +101,13 @@ class Thinker:
         memory = await recollect(self._memories, self._settings.memory, owner_id, view.recent)
         return self._requests.build(view.recent, trigger, at, memory=memory)
 
-    async def offered_tools(self, owner_id: str, *, servers: bool = True) -> list[dict[str, Any]]:
-        """The tool definitions a round would offer now.
-
-        With `servers`, the MCP servers are started and asked for theirs; without,
-        only the built-in tools (and an embedding program's own) are listed, and
-        nothing is started: a page view must have no side effects.
-
-        Raises:
-            StoreError: whether the endpoint refused tools cannot be read.
-        """
-        return (await self.tool_offer(owner_id, servers=servers)).definitions
-
     async def tool_offer(self, owner_id: str, *, servers: bool = True) -> OfferedTools:
-        """What a round would offer now: definitions in full, and the tools behind the search.
-
-        With `servers`, the MCP servers are started and asked for theirs (see
-        `offered_tools`).
+        """What a round would offer now (see `ToolOffer.now`).
 
         Raises:
             StoreError: whether the endpoint refused tools cannot be read.
         """
-        max_chars = self._settings.tools.max_chars
-        if not self._offer.enabled or await self._offer.refused():
-            return OfferedTools(max_chars=max_chars)
-        async with AsyncExitStack() as stack:
-            box, _ = await self._offer.open(owner_id, "dry-run", stack, servers=servers)
-            definitions = [spec.definition() for spec in box.specs]
-            return OfferedTools(definitions, box.held, max_chars)
+        return await self._offer.now(owner_id, servers=servers)
 
     async def run_round(
         self,
@@ -192,7 +166,7 @@ class Thinker:
             sofar = replace(sofar, recalled=tuple(request.recalled), notes=tuple(request.notes))
             assert self._model is not None  # the pre-gate skips a round without one
             # From here on the round calls the model: its record keeps what it asked.
-            sofar = replace(sofar, digest=self._digest(start, request))
+            sofar = replace(sofar, digest=self._beats.digest(request, start.started))
             asked = await ask(
                 self._model,
                 request,
@@ -242,7 +216,10 @@ class Thinker:
             sofar = replace(sofar, decision=decision, notes=(*sofar.notes, *decision.problems))
             reason = suppression_reason(decision)
             if reason is Reason.NO_PUSH and not asks_every_time(start.trigger):
-                sofar = replace(sofar, digest=await self._silent_digest(start, request))
+                sofar = replace(
+                    sofar,
+                    digest=await self._beats.silent_digest(request, start.owner_id, start.started),
+                )
             if reason is not None:
                 return sofar.ended(Outcome.SUPPRESSED, reason)
             try:
@@ -270,8 +247,8 @@ class Thinker:
             sofar = replace(sofar, channel=channel, notes=(*sofar.notes, *sent.notes))
             if not sent.sent:
                 failed = sofar.ended(Outcome.FAILED, Reason.DELIVERY_FAILED)
-                return failed if not sent.error else replace(
-                    failed, notes=(*failed.notes, sent.error)
+                return (
+                    failed if not sent.error else replace(failed, notes=(*failed.notes, sent.error))
                 )
             return sofar.ended(Outcome.DELIVERED, channel)
         except asyncio.CancelledError:
@@ -347,37 +324,13 @@ class Thinker:
             return unchanged
         return request, last_owner_at
 
-    def _digest(self, start: RoundStart, request: Request) -> str:
-        s = self._settings
-        return beat_digest(request, at=start.started, tz=s.owner.tz, quiet=s.gate.quiet_hours)
-
-    async def _silent_digest(self, start: RoundStart, request: Request) -> str:
-        """What the next heartbeat will ask if nothing happens but this silent round."""
-        return await next_beat_digest(
-            request,
-            builder=self._requests,
-            memories=self._memories,
-            settings=self._settings,
-            owner_id=start.owner_id,
-            at=start.started,
-        )
-
     async def _skip_unchanged(self, start: RoundStart, request: Request) -> Ending | None:
         """`skipped/unchanged` for a heartbeat that would ask what the last silent round asked.
 
         Raises:
             StoreError: the round log cannot be read.
         """
-        schedule = self._settings.schedule
-        if self._rounds is None or not schedule.skip_unchanged or asks_every_time(start.trigger):
-            return None
-        same = await same_silent_round(
-            self._rounds,
-            start.owner_id,
-            self._digest(start, request),
-            at=start.started,
-            max_silence=schedule.max_silence,
-        )
+        same = await self._beats.same_as_before(request, start.owner_id, start.started)
         if same is None:
             return None
         return Ending(
@@ -427,12 +380,3 @@ class Thinker:
                 record = resumed_record(left.delivery, left.result, finished=self._clock.now())
                 await self._recorder.save(record)
         return len(resumed)
-
-
-SLOT_NOTE = "scheduled for "
-
-
-def slot_note(scheduled_for: datetime, started: datetime) -> str:
-    """The note of a queued round: its slot (UTC, ISO 8601) and how late it began."""
-    late = max(0.0, (started - scheduled_for).total_seconds())
-    return f"{SLOT_NOTE}{scheduled_for.astimezone(UTC).isoformat()}, began {late:.1f} s later"

@@ -40,9 +40,9 @@ from backthink.round.prompts import SCHEDULE_HORIZON
 from backthink.round.request import Request, RequestBuilder
 
 PARTS_OF_DAY = ((18, "evening"), (12, "afternoon"), (6, "morning"), (0, "night"))
+"""The owner's local hour each part of the day begins at, latest first."""
 WIND_DOWN = timedelta(hours=2)
 """Before quiet hours begin, this long counts as a part of the day of its own."""
-"""The owner's local hour each part of the day begins at, latest first."""
 
 
 def winding_down(local: datetime, quiet: QuietHours | None) -> bool:
@@ -153,3 +153,58 @@ async def same_silent_round(
     if last.outcome is not Outcome.SUPPRESSED or last.reason != Reason.NO_PUSH:
         return None
     return last
+
+
+class UnchangedBeats:
+    """The digests a round keeps, and the skip of a heartbeat that would ask again.
+
+    `rounds` is the round log heartbeats are judged by; without it every heartbeat asks.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        builder: RequestBuilder,
+        memories: MemoryStore | None,
+        rounds: RoundStore | None,
+    ) -> None:
+        self._settings = settings
+        self._builder = builder
+        self._memories = memories
+        self._rounds = rounds
+
+    def digest(self, request: Request, at: datetime) -> str:
+        """The digest of `request`, built at `at`."""
+        s = self._settings
+        return beat_digest(request, at=at, tz=s.owner.tz, quiet=s.gate.quiet_hours)
+
+    async def silent_digest(self, request: Request, owner_id: str, at: datetime) -> str:
+        """What the next heartbeat will ask if nothing happens but this silent round."""
+        return await next_beat_digest(
+            request,
+            builder=self._builder,
+            memories=self._memories,
+            settings=self._settings,
+            owner_id=owner_id,
+            at=at,
+        )
+
+    async def same_as_before(
+        self, request: Request, owner_id: str, at: datetime
+    ) -> RoundRecord | None:
+        """The silent round a heartbeat's `request` would ask again, or None: it asks.
+
+        Raises:
+            StoreError: the round log cannot be read.
+        """
+        schedule = self._settings.schedule
+        if self._rounds is None or not schedule.skip_unchanged or asks_every_time(request.trigger):
+            return None
+        return await same_silent_round(
+            self._rounds,
+            owner_id,
+            self.digest(request, at),
+            at=at,
+            max_silence=schedule.max_silence,
+        )

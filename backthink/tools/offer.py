@@ -16,7 +16,7 @@ from pathlib import Path
 from backthink.config import Settings
 from backthink.ports import ENDPOINT_MARKS, Clock, MemoryStore, RoundStore
 from backthink.tools import Tool, ToolBox
-from backthink.tools.budget import budget_box
+from backthink.tools.budget import OfferedTools, budget_box
 from backthink.tools.builtin import RoundContext, builtin_tools
 
 # An endpoint that refused tool definitions gets plain rounds this long, then is asked again.
@@ -132,3 +132,21 @@ class ToolOffer:
             max_result_chars=t.max_result_chars,
         )
         return box, list(problems)
+
+    async def now(self, owner_id: str, *, servers: bool = True) -> OfferedTools:
+        """What a round would offer now: definitions in full, and the tools behind the search.
+
+        With `servers`, the MCP servers are started (and stopped again) to ask for
+        theirs; without, only the built-in tools and an embedding program's own are
+        listed and nothing is started: a page view must have no side effects.
+
+        Raises:
+            StoreError: whether the endpoint refused tools cannot be read.
+        """
+        max_chars = self._settings.tools.max_chars
+        if not self.enabled or await self.refused():
+            return OfferedTools(max_chars=max_chars)
+        async with AsyncExitStack() as stack:
+            box, _ = await self.open(owner_id, "dry-run", stack, servers=servers)
+            definitions = [spec.definition() for spec in box.specs]
+            return OfferedTools(definitions, box.held, max_chars)

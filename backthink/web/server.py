@@ -183,7 +183,7 @@ class Pages:
         thinker = self._app.thinker
         try:
             request = await thinker.prepare(self._owner, trigger)
-            tools = await thinker.offered_tools(self._owner, servers=False)
+            tools = (await thinker.tool_offer(self._owner, servers=False)).definitions
         except BackthinkError as exc:
             return None, f"cannot assemble the request now: {exc}"
         return request_body(self._app.settings.model, request.messages, tools=tools), None

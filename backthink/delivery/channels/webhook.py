@@ -49,14 +49,12 @@ import importlib.metadata
 import json
 import socket
 import ssl
-import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
-from typing import IO, Any
 
 from backthink.config import WebhookChannelSettings
+from backthink.delivery.channels.deadline import Deadline, deadline_opener
 from backthink.errors import ConfigError, DeliveryError
 from backthink.records import OutgoingMessage
 
@@ -122,104 +120,6 @@ def encode_body(message: OutgoingMessage) -> bytes:
     """
     document = message.webhook_body()
     return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-
-
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    # A redirected POST would either lose its body (301/302/303 turn into GET)
-    # or carry the signed message to a host nobody configured; the 3xx answer
-    # is reported as a failure instead.
-    def redirect_request(
-        self,
-        req: urllib.request.Request,
-        fp: IO[bytes],
-        code: int,
-        msg: str,
-        headers: http.client.HTTPMessage,
-        newurl: str,
-    ) -> urllib.request.Request | None:
-        return None
-
-
-class _Deadline:
-    """The sockets of one attempt, shut down when its time is up.
-
-    Socket timeouts bound each read, so a receiver that sends a byte now and
-    then would hold the attempt (and the thread, and the owner's delivery)
-    for ever. A timer shuts the attempt's sockets down at the deadline; the
-    blocked read returns at once and the attempt fails as timed out.
-    """
-
-    def __init__(self, seconds: float) -> None:
-        self.expired = False
-        self._lock = threading.Lock()
-        self._sockets: list[socket.socket] = []
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
-
-    def __enter__(self) -> _Deadline:
-        self._timer.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._timer.cancel()
-
-    def watch(self, sock: socket.socket) -> socket.socket:
-        """Shut `sock` down at the deadline (at once if it already passed)."""
-        with self._lock:
-            self._sockets.append(sock)
-            expired = self.expired
-        if expired:
-            _shut(sock)
-        return sock
-
-    def _expire(self) -> None:
-        with self._lock:
-            self.expired = True
-            sockets = list(self._sockets)
-        for sock in sockets:
-            _shut(sock)
-
-
-def _shut(sock: socket.socket) -> None:
-    # The plain socket's shutdown, even for a TLS socket: it acts on the descriptor and
-    # leaves the TLS object, which another thread is reading with, alone.
-    with contextlib.suppress(OSError):
-        socket.socket.shutdown(sock, socket.SHUT_RDWR)
-
-
-def _watched(base: type[http.client.HTTPConnection], deadline: _Deadline) -> Any:
-    """A connection class like `base` whose socket `deadline` shuts down when it passes."""
-
-    class Watched(base):  # type: ignore[misc, valid-type]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            create: Callable[..., socket.socket] = self._create_connection  # type: ignore[has-type]
-
-            def watched(*args: Any, **kwargs: Any) -> socket.socket:
-                # Watched from its creation, so a TLS handshake is bounded too.
-                return deadline.watch(create(*args, **kwargs))
-
-            self._create_connection = watched
-
-    return Watched
-
-
-class _WatchedHTTP(urllib.request.HTTPHandler):
-    def __init__(self, deadline: _Deadline) -> None:
-        super().__init__()
-        self._deadline = deadline
-
-    def do_open(self, http_class: Any, req: urllib.request.Request, **kwargs: Any) -> Any:
-        return super().do_open(_watched(http_class, self._deadline), req, **kwargs)
-
-
-class _WatchedHTTPS(urllib.request.HTTPSHandler):
-    def __init__(self, deadline: _Deadline) -> None:
-        super().__init__()
-        self._deadline = deadline
-
-    def do_open(self, http_class: Any, req: urllib.request.Request, **kwargs: Any) -> Any:
-        return super().do_open(_watched(http_class, self._deadline), req, **kwargs)
 
 
 class WebhookChannel:
@@ -318,10 +218,8 @@ class WebhookChannel:
 
     def _post(self, body: bytes, headers: dict[str, str]) -> None:
         request = urllib.request.Request(self._url, data=body, headers=headers, method="POST")
-        with _Deadline(self._timeout_s) as deadline:
-            opener = urllib.request.build_opener(
-                _NoRedirects(), _WatchedHTTP(deadline), _WatchedHTTPS(deadline)
-            )
+        with Deadline(self._timeout_s) as deadline:
+            opener = deadline_opener(deadline)
             try:
                 self._exchange(opener, request)
             except DeliveryError:
