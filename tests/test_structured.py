@@ -380,7 +380,8 @@ def test_the_older_form_is_learned_once_for_every_process(
     workdir: Workdir, fake: FakeOpenAI
 ) -> None:
     """A second `think` (another process) sends the older form at once: one refusal in all."""
-    workdir.write_config('[model]\noutput = "json_schema"\n')
+    # The second heartbeat sees what the first saw; it must ask again all the same.
+    workdir.write_config('[model]\noutput = "json_schema"\n[schedule]\nskip_unchanged = false\n')
     fake.schema_refusal = 422
     fake.script(obj(decision="no_push", body=""), obj(decision="no_push", body=""))
     assert workdir.think_json()["reason"] == "no_push"
