@@ -31,7 +31,11 @@ keeps only strong, new matches:
    top-k would always return something, however unrelated. The re-check
    against the text also drops a row whose index entries are stale (edited
    since it was indexed).
-4. What repeats the window, or an item already kept, is dropped (trigram
+4. The message just before and just after each of the `NEIGHBOURS` best
+   matched messages comes along as its context (`with_neighbours`): the
+   answer a recalled question got, or a message on the same subject (it
+   shares a term with the match).
+5. What repeats the window, or an item already kept, is dropped (trigram
    Jaccard similarity); the rest fills `max_chars`, best first.
 
 Terms and shingles of a text are memoised: a round's window repeats most of
@@ -73,12 +77,16 @@ RARE_SHARE = 20
 """One matched latin word in at most one document in this many is enough on its own..."""
 RARE_FLOOR = 3
 """...as is one in this many documents or fewer, in a history of any size..."""
-RARE_CHARS = 5
+RARE_CHARS = 4
 """...if it is this long at least (a shorter word is often part of a longer one), or a name."""
 LENGTH_NORM = 0.3
 """How much a row's length divides its score (0: not at all), as BM25's b does."""
 TYPICAL_CHARS = 100
 """The length at which a row's score is neither raised nor lowered."""
+NEIGHBOURS = 3
+"""The best matched messages whose neighbours (the message before, the one after) come along."""
+NEIGHBOUR_SHARE = 0.8
+"""A neighbour's score, as a share of its match's."""
 SIMILAR = 0.5
 """Trigram Jaccard similarity at which two texts count as the same thing said twice."""
 ITEM_CHARS = 600
@@ -388,24 +396,25 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def select(
+Scored = tuple[float, Candidate]
+"""A candidate that passed the gate, and its score."""
+
+
+def rank(
     candidates: Iterable[Candidate],
     weights: Mapping[str, float],
     window: Sequence[Message],
     *,
-    limit: int,
-    max_chars: int,
     specific: Collection[str] = (),
-) -> list[Recalled]:
-    """Score, gate, de-duplicate and bound the candidates; the best first.
+) -> list[Scored]:
+    """Score and gate the candidates; the best first, the newer on ties.
 
     A candidate passes the gate (`strong`) on the terms it shares with one
     window message: two unrelated messages sharing a term each with it do
-    not make it a match. Ties go to the newer row. A candidate near-identical to a window message
-    or to a better one already kept is dropped; texts are cut at
-    `ITEM_CHARS` and the kept texts together stay within `max_chars`.
+    not make it a match. Its score is the summed weights of the terms it
+    holds, divided by its length (`LENGTH_NORM`).
     """
-    scored: list[tuple[float, Candidate]] = []
+    scored: list[Scored] = []
     seen: set[tuple[str, int]] = set()
     said = [frozenset(_terms(m.text)) for m in list(window)[-WINDOW_MESSAGES:]]
     for candidate in candidates:
@@ -423,7 +432,69 @@ def select(
             score = sum(weights[t] for t in matched)
             score /= 1 - LENGTH_NORM + LENGTH_NORM * len(candidate.text) / TYPICAL_CHARS
             scored.append((score, candidate))
-    scored.sort(key=lambda item: (-item[0], -item[1].created_at.timestamp(), -item[1].id))
+    scored.sort(key=_best_first)
+    return scored
+
+
+def _best_first(item: Scored) -> tuple[float, float, int]:
+    return (-item[0], -item[1].created_at.timestamp(), -item[1].id)
+
+
+def anchors(scored: Sequence[Scored], k: int = NEIGHBOURS) -> list[int]:
+    """The ids of the `k` best matched messages, whose neighbours come along (`with_neighbours`)."""
+    return [c.id for _, c in scored if c.kind == "message"][:k]
+
+
+def with_neighbours(
+    scored: Sequence[Scored], neighbours: Mapping[int, Sequence[Candidate]]
+) -> list[Scored]:
+    """The scored candidates and the neighbours of their best messages, the best first.
+
+    A message recalled alone is often half of an exchange: the answer
+    without its question, or the question without its answer. The message
+    just before and just after a best match (`anchors`) come along, each at
+    `NEIGHBOUR_SHARE` of its match's score (or its own, if higher), without
+    passing the gate themselves: they are recalled as that match's context.
+    The one after a question is its answer; any other shares a term with
+    the match (it is on the same subject), so an everyday line beside a
+    fact stays away.
+
+    Args:
+        scored: `rank`'s list.
+        neighbours: per anchor message id, the messages beside it.
+    """
+    best = {(c.kind, c.id): (score, c) for score, c in scored}
+    for score, candidate in scored:
+        if candidate.kind != "message":
+            continue
+        for near in neighbours.get(candidate.id, ()):
+            answers = _asks(candidate.text) and _order(near) > _order(candidate)
+            if not answers and not set(_terms(near.text)) & set(_terms(candidate.text)):
+                continue
+            share = score * NEIGHBOUR_SHARE
+            if best.get((near.kind, near.id), (0.0, near))[0] < share:
+                best[(near.kind, near.id)] = (share, near)
+    return sorted(best.values(), key=_best_first)
+
+
+def _order(candidate: Candidate) -> tuple[datetime, int]:
+    return (candidate.created_at, candidate.id)
+
+
+def _asks(text: str) -> bool:
+    return "?" in text or "？" in text
+
+
+def fill(
+    scored: Iterable[Scored], window: Sequence[Message], *, limit: int, max_chars: int
+) -> list[Recalled]:
+    """De-duplicate and bound the scored candidates, the best first.
+
+    A candidate near-identical to a window message or to a better one
+    already kept is dropped; texts are cut at `ITEM_CHARS` and the kept
+    texts together stay within `max_chars` (one that no longer fits is
+    passed over for a shorter one after it), at most `limit` of them.
+    """
     shown = [shingles(message.text) for message in window]
     kept: list[Recalled] = []
     used = 0
@@ -451,3 +522,23 @@ def select(
             )
         )
     return kept
+
+
+def select(
+    candidates: Iterable[Candidate],
+    weights: Mapping[str, float],
+    window: Sequence[Message],
+    *,
+    limit: int,
+    max_chars: int,
+    specific: Collection[str] = (),
+    neighbours: Mapping[int, Sequence[Candidate]] | None = None,
+) -> list[Recalled]:
+    """Score, gate, de-duplicate and bound the candidates; the best first.
+
+    `rank`, then `with_neighbours` (given the neighbours of `anchors`), then `fill`.
+    """
+    scored = rank(candidates, weights, window, specific=specific)
+    if neighbours:
+        scored = with_neighbours(scored, neighbours)
+    return fill(scored, window, limit=limit, max_chars=max_chars)

@@ -19,6 +19,7 @@ from backthink.store import fulltext
 from backthink.store.columns import UTCDateTime
 from backthink.store.database import Database
 from backthink.store.failures import store_errors
+from backthink.store.neighbours import neighbours
 from backthink.store.tables import MemoryRow
 from backthink.store.term_counts import TermCounts
 
@@ -518,14 +519,12 @@ class SqlMemoryStore:
                 recall.Candidate("message", i, body, at, role=role, origin=origin)
                 for i, body, at, role, origin in rows
             ]
-        items = recall.select(
-            found,
-            queried,
-            window,
-            limit=limit,
-            max_chars=max_chars,
-            specific=recall.rare(df, documents),
-        )
+        scored = recall.rank(found, queried, window, specific=recall.rare(df, documents))
+        if before is not None:
+            near = neighbours(conn, recall.anchors(scored), before=before)
+            scored = recall.with_neighbours(scored, near)
+            found += [c for side in near.values() for c in side]
+        items = recall.fill(scored, window, limit=limit, max_chars=max_chars)
         texts = {(c.kind, c.id): c.text for c in found}
         return _Result(
             tuple(items),

@@ -41,6 +41,7 @@ from backthink.store.columns import UTCDateTime
 from backthink.store.database import Database
 from backthink.store.failures import store_errors
 from backthink.store.fulltext import CATCH_UP_ROWS, INDEXED, PG_WORDS
+from backthink.store.neighbours import neighbours
 from backthink.store.term_counts import TermCounts
 
 COUNT_CHUNK = 32
@@ -254,11 +255,8 @@ class PgRecall:
                 for i, body, at, role, origin in conn.execute(_query(sql), params)
             ]
         documents = max(top["memory"] + below, 1)
-        return recall.select(
-            found,
-            queried,
-            window,
-            limit=limit,
-            max_chars=max_chars,
-            specific=recall.rare(df, documents),
-        )
+        scored = recall.rank(found, queried, window, specific=recall.rare(df, documents))
+        if before is not None:
+            near = neighbours(conn, recall.anchors(scored), before=before)
+            scored = recall.with_neighbours(scored, near)
+        return recall.fill(scored, window, limit=limit, max_chars=max_chars)

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from backthink.errors import StoreError
 from backthink.memory import recall
+from backthink.memory.recall import Candidate
 from backthink.models import (
     MAIN_SESSION,
     Memory,
@@ -446,14 +447,31 @@ class MemoryMemoryStore:
             and (m.id or 0) < before
             and any(recall.contains(m.text, t) for t in weights)
         ]
-        return recall.select(
-            found,
-            weights,
-            window,
-            limit=limit,
-            max_chars=max_chars,
-            specific=recall.rare(df, documents),
-        )
+        scored = recall.rank(found, weights, window, specific=recall.rare(df, documents))
+        if before is not None:
+            near = self._neighbours(owner_id, recall.anchors(scored), before)
+            scored = recall.with_neighbours(scored, near)
+        return recall.fill(scored, window, limit=limit, max_chars=max_chars)
+
+    def _neighbours(
+        self, owner_id: str, anchors: Sequence[int], before: int
+    ) -> dict[int, builtins.list[Candidate]]:
+        """As `neighbours.neighbours`: the messages beside each anchor, below id `before`."""
+        sessions = self._messages._sessions if self._messages else {}
+        session = sessions.get((owner_id, MAIN_SESSION), [])
+        shown = [m for m in session if not m.undelivered and (m.id or 0) < before]
+        at = {m.id: i for i, m in enumerate(shown)}
+        found: dict[int, builtins.list[Candidate]] = {}
+        for anchor in anchors:
+            if anchor not in at:
+                continue
+            i = at[anchor]
+            found[anchor] = [
+                Candidate("message", m.id or 0, m.text, m.created_at, role=m.role, origin=m.origin)
+                for m in shown[max(i - 1, 0) : i + 2]
+                if m.id != anchor
+            ]
+        return found
 
 
 class MemoryOwnerStore:
