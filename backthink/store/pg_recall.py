@@ -35,7 +35,7 @@ from typing import Any
 from sqlalchemy import TextualSelect, text
 from sqlalchemy.engine import Connection
 
-from backthink.memory import recall
+from backthink.memory import recall, terms
 from backthink.models import MAIN_SESSION, Memory, MemoryKind, Message, Recalled
 from backthink.store.columns import UTCDateTime
 from backthink.store.database import Database
@@ -114,7 +114,7 @@ def tsquery(term: str) -> str:
     is quoted all the same.
     """
     quoted = "'" + term.replace("\\", "\\\\").replace("'", "''") + "'"
-    return quoted + (":*" if recall.is_word(term) else "")
+    return quoted + (":*" if terms.is_word(term) else "")
 
 
 def _hits_sql(select: str, table: str, where: str, terms: int) -> str:
