@@ -117,7 +117,7 @@ def _full_recall_store() -> type:
     """
     from backthink.memory.recall import ITEM_CHARS
     from backthink.models import Recalled
-    from backthink.store.volatile import MemoryMemoryStore
+    from backthink.store.volatile_memories import MemoryMemoryStore
 
     class Full(MemoryMemoryStore):
         async def recall(self, owner_id: str, window: Any, **bounds: Any) -> list[Recalled]:
@@ -249,7 +249,7 @@ async def _two_heartbeats(base_url: str, work: Path, *, memory: bool) -> list[in
     from backthink.host.app import build_app
     from backthink.model.client import OpenAIModelClient
     from backthink.models import Memory, MemoryKind, Message
-    from backthink.store.volatile import MemoryMemoryStore
+    from backthink.store.volatile_memories import MemoryMemoryStore
     from backthink.testing import FakeClock, MemoryMessageStore
 
     full_recall = _full_recall_store()

@@ -4,8 +4,9 @@ A generated 60-day history (`everyday`) of about 3,200 messages, Chinese or
 English, holds 15 facts said once; the owner's lines share stock phrases
 (「就这些啦」, 「哈哈」, "anyway", "lol"). Each window of 20 new messages
 comes back to one fact in other words, or to none. A recall by the window,
-as a round makes it (5 items, 1,200 characters), should hold the fact, and
-nothing else: a row the window matches only through stock phrases is filler.
+as a round makes it (the shipped `memory.recall` and `memory.max_chars`),
+should hold the fact, and nothing else: a row the window matches only
+through stock phrases is filler.
 
 The seeds here are held out: the recall was tuned on other seeds (and on
 LoCoMo), never on these.
@@ -22,6 +23,7 @@ from pathlib import Path
 import everyday
 import pytest
 
+from backthink.config import MemorySettings
 from backthink.memory import recall
 from backthink.models import Message
 from backthink.store import (
@@ -34,6 +36,7 @@ from backthink.store import (
 
 OWNER = "ana"
 SEEDS = (101, 102)
+SHIPPED = MemorySettings()
 
 
 @dataclass
@@ -84,7 +87,9 @@ async def measure(stores: Stores, language: everyday.Language, seed: int) -> Fig
     for window in everyday.windows(h, seed):
         await stores.messages.add_many(_messages(window.lines))
         shown = await stores.messages.recent(OWNER, everyday.WINDOW)
-        found = await stores.memories.recall(OWNER, shown, limit=5, max_chars=1200)
+        found = await stores.memories.recall(
+            OWNER, shown, limit=SHIPPED.recall, max_chars=SHIPPED.max_chars
+        )
         wanted = h.facts[window.fact].text if window.fact is not None else None
         if wanted is not None:
             out.facts += 1

@@ -18,7 +18,7 @@ from backthink.decision.tags import has_tags
 from backthink.errors import StoreError
 from backthink.memory.block import MemoryBlock, render_memory_block
 from backthink.models import Memory, MemoryKind, MemoryRef, Message, Outcome, Recalled
-from backthink.store.volatile import MemoryMemoryStore
+from backthink.store.volatile_memories import MemoryMemoryStore
 from backthink.testing import Calls, FakeClock, ScriptedModel, make_rig, proactive_messages
 from backthink.tools import ToolSpec
 

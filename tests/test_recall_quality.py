@@ -53,7 +53,7 @@ LABELLED = [
         "the Kilimanjaro trek is booked for October",
         "memory",
         "should I buy new boots for the Kilimanjaro trek?",
-        "is the trek still on?",
+        "are we still on for October?",
     ),
     (
         "I keep a sourdough starter named Gerald",
@@ -228,3 +228,19 @@ def test_no_text_breaks_recall_or_search(
             await db.dispose()
 
     asyncio.run(example())
+
+
+async def test_a_recalled_question_brings_its_answer(sql: Sql) -> None:
+    """The reply to a recalled question comes along, though it shares no word with the window."""
+    await sql.say(filler(100), start=T0 - timedelta(days=9))
+    await sql.say(
+        ["any tips for the Okavango canoe trip?", "bring malaria pills and a dry bag"],
+        start=T0 - timedelta(days=8),
+    )
+    await sql.say(filler(100), start=T0 - timedelta(days=7))
+    window = await sql.say(["下午有点困", "so excited, Okavango by canoe in August"], start=T0)
+    found = await sql.recall(window)
+    assert [text for _, text in found[:2]] == [
+        "any tips for the Okavango canoe trip?",
+        "bring malaria pills and a dry bag",
+    ]

@@ -15,7 +15,7 @@ from backthink.config import Settings
 from backthink.errors import ToolsRefusedError
 from backthink.models import Memory, MemoryKind, Message, Outcome
 from backthink.records import ModelMessage, ModelReply, ToolCall
-from backthink.store.volatile import MemoryMemoryStore
+from backthink.store.volatile_memories import MemoryMemoryStore
 from backthink.testing import Calls, FakeClock, ScriptedModel, make_rig, proactive_messages
 from backthink.tools import ToolBox, ToolError, ToolSpec, cut_result
 from backthink.tools.loop import CALL_LIMIT_RESULT

@@ -224,7 +224,8 @@ class MemorySettings(_Section):
 
     enabled: bool = True
     journal: int = Field(default=5, ge=0, le=100)
-    recall: int = Field(default=5, ge=0, le=100)
+    # items at most; the characters left of max_chars decide how many fit
+    recall: int = Field(default=20, ge=0, le=100)
     # characters: the journal and the recalled items together
     max_chars: int = Field(default=1_200, ge=0, le=100_000)
     # characters: a round's thought is cut past this before it is kept

@@ -31,7 +31,11 @@ keeps only strong, new matches:
    top-k would always return something, however unrelated. The re-check
    against the text also drops a row whose index entries are stale (edited
    since it was indexed).
-4. What repeats the window, or an item already kept, is dropped (trigram
+4. The message just before and just after each of the `NEIGHBOURS` best
+   matched messages comes along as its context (`with_neighbours`): the
+   answer a recalled question got, or a message on the same subject (it
+   shares a term with the match).
+5. What repeats the window, or an item already kept, is dropped (trigram
    Jaccard similarity); the rest fills `max_chars`, best first.
 
 Terms and shingles of a text are memoised: a round's window repeats most of
@@ -41,14 +45,33 @@ the previous round's messages.
 from __future__ import annotations
 
 import math
-import re
-from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
 from typing import Literal
 
+from backthink.memory.terms import (
+    CJK_RUN,
+    cached_terms,
+    holds,
+    is_word,
+    named,
+    shingles,
+    similarity,
+)
+from backthink.memory.terms import MIN_WORD_CHARS as MIN_WORD_CHARS
+from backthink.memory.terms import STOPWORDS as STOPWORDS
+from backthink.memory.terms import contains as contains
+from backthink.memory.terms import index_text as index_text
+from backthink.memory.terms import indexed as indexed
+from backthink.memory.terms import inside as inside
+from backthink.memory.terms import match_query as match_query
+from backthink.memory.terms import quote as quote
+from backthink.memory.terms import stem as stem
+from backthink.memory.terms import term_query as term_query
+from backthink.memory.terms import terms_of as terms_of
+from backthink.memory.terms import trigrams as trigrams
+from backthink.memory.terms import words_query as words_query
 from backthink.models import MemoryKind, Message, Origin, Recalled
 
 WINDOW_MESSAGES = 4
@@ -65,145 +88,26 @@ DF_FLOOR = 20
 """...unless it is in this many documents or fewer: a young history's names are not common."""
 CANDIDATES = 40
 """Rows read per index before the re-ranking."""
-MIN_WORD_CHARS = 3
-"""A latin word shorter than this is no term (the trigram index finds nothing shorter)."""
 LONG_WORD_CHARS = 6
 """One matched latin word this long is enough on its own to recall a row."""
 RARE_SHARE = 20
 """One matched latin word in at most one document in this many is enough on its own..."""
 RARE_FLOOR = 3
 """...as is one in this many documents or fewer, in a history of any size..."""
-RARE_CHARS = 5
+RARE_CHARS = 4
 """...if it is this long at least (a shorter word is often part of a longer one), or a name."""
 LENGTH_NORM = 0.3
 """How much a row's length divides its score (0: not at all), as BM25's b does."""
 TYPICAL_CHARS = 100
 """The length at which a row's score is neither raised nor lowered."""
+NEIGHBOURS = 3
+"""The best matched messages whose neighbours (the message before, the one after) come along."""
+NEIGHBOUR_SHARE = 0.8
+"""A neighbour's score, as a share of its match's."""
 SIMILAR = 0.5
 """Trigram Jaccard similarity at which two texts count as the same thing said twice."""
 ITEM_CHARS = 600
 """One recalled text is cut past this many characters."""
-MEMO_TEXTS = 4096
-"""Texts whose terms and shingles are memoised (a few rounds' windows, many times over)."""
-
-_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
-_CJK_RUN = re.compile(f"[{_CJK}]+")
-_WORD = re.compile(f"[^\\W_{_CJK}]+")
-_TOKEN = re.compile(f"[{_CJK}]+|[^\\W_{_CJK}]+")
-_WORD_CHAR = re.compile(f"[^\\W_{_CJK}]")
-
-STOPWORDS = frozenset(
-    """
-    about above after again against also among been before being below between both
-    cannot could did does doing down during each else ever every few from further
-    had has have having here hers herself himself how into its itself just let more
-    most much myself nor not now off once only other ought our ours ourselves out over
-    own same she should some such than that the their theirs them themselves then there
-    these they this those through too under until upon very was were what when where
-    which while who whom whose why will with would you your yours yourself yourselves
-    and are but can for her him his all any may one the was who yes not get got
-    january february march april may june july august september october november december
-    monday tuesday wednesday thursday friday saturday sunday today tomorrow yesterday
-    don doesn didn isn aren wasn weren won couldn wouldn shouldn haven hasn hadn ain
-    """.split()
-)
-"""Latin function words: no term, however rare a history makes them."""
-
-_SUFFIXES = ("ingly", "edly", "ings", "ing", "ied", "ies", "ed", "es", "ly", "s", "e", "y")
-
-
-def stem(word: str) -> str:
-    """A lowercase latin word cut to the stem its forms begin with (paint for painting).
-
-    Light and conservative: common endings go while at least `MIN_WORD_CHARS`
-    letters stay, a doubled last consonant is undoubled (running: run), and a
-    word of digits stays whole. Matching is by word start, so the stem of
-    hike, hiked and hiking (hik) finds each of them.
-    """
-    if not word.isalpha():
-        return word
-    for suffix in _SUFFIXES:
-        if word.endswith(suffix) and len(word) - len(suffix) >= MIN_WORD_CHARS:
-            if suffix == "s" and word.endswith(("ss", "us", "is")):
-                continue
-            word = word[: -len(suffix)]
-            break
-    if len(word) > MIN_WORD_CHARS and word[-1] == word[-2] and word[-1] not in "aeiouls":
-        word = word[:-1]
-    return word
-
-
-def terms_of(text: str) -> list[str]:
-    """The recall terms of a text, in order of appearance, each once.
-
-    CJK runs give their 3-grams; other runs of letters and digits of at least
-    `MIN_WORD_CHARS` give their stems, lowercased (the index folds case),
-    function words (`STOPWORDS`) none.
-    """
-    return list(_terms(text))
-
-
-@lru_cache(maxsize=MEMO_TEXTS)
-def _terms(text: str) -> tuple[str, ...]:
-    found: dict[str, None] = {}
-    for run in _CJK_RUN.findall(text):
-        for i in range(len(run) - 1):
-            found[run[i : i + 2]] = None
-    for word in _WORD.findall(text):
-        low = word.lower()
-        if len(low) >= MIN_WORD_CHARS and low not in STOPWORDS:
-            found[stem(low)] = None
-    return tuple(found)
-
-
-def is_word(term: str) -> bool:
-    """Whether a term is a latin word (not a CJK 2-gram)."""
-    return _CJK_RUN.search(term) is None
-
-
-def index_text(text: str) -> str:
-    """What the words index holds of a text: its latin words, and its CJK runs as 2-grams.
-
-    Tokens are separated by spaces, so the index's own tokenizer (unicode61,
-    which folds case) reads each as one: a CJK 2-gram is matched whole, a
-    latin stem as the prefix of a word.
-    """
-    tokens: list[str] = []
-    for run in _TOKEN.findall(text):
-        if _CJK_RUN.match(run):
-            tokens += [run[i : i + 2] for i in range(len(run) - 1)]
-        else:
-            tokens.append(run)
-    return " ".join(tokens)
-
-
-def trigrams(term: str) -> list[str]:
-    """The index tokens a term is made of: its overlapping 3-character pieces."""
-    return [term[i : i + 3] for i in range(len(term) - 2)]
-
-
-def quote(term: str) -> str:
-    """Quote a term as one FTS5 string, so no text is ever read as query syntax.
-
-    A NUL would end the string early for FTS5 ("unterminated string"); it
-    becomes a space, which no term holds.
-    """
-    return '"' + term.replace("\0", " ").replace('"', '""') + '"'
-
-
-def match_query(terms: Iterable[str]) -> str:
-    """An FTS5 MATCH expression that matches any of the terms."""
-    return " OR ".join(quote(term) for term in terms)
-
-
-def words_query(terms: Iterable[str]) -> str:
-    """A MATCH expression for the words index: a CJK 2-gram whole, a latin stem as a prefix."""
-    return " OR ".join(term_query(term) for term in terms)
-
-
-def term_query(term: str) -> str:
-    """One term's MATCH expression on the words index (see `words_query`)."""
-    return quote(term) + ("*" if is_word(term) else "")
 
 
 def recency(window: Sequence[Message]) -> dict[str, float]:
@@ -212,44 +116,10 @@ def recency(window: Sequence[Message]) -> dict[str, float]:
     newest = list(window)[-WINDOW_MESSAGES:]
     for age, message in enumerate(reversed(newest)):
         factor = RECENCY_DECAY**age
-        for term in _terms(message.text):
+        for term in cached_terms(message.text):
             if term not in weights:  # newest first: the first weight seen is the highest
                 weights[term] = factor
     return weights
-
-
-def inside(texts: Iterable[str], terms: Collection[str]) -> Counter[str]:
-    """How many of the texts hold each term (the terms no text holds are absent)."""
-    counts: Counter[str] = Counter()
-    words = [t for t in terms if is_word(t)]
-    for text in texts:
-        counts.update(t for t in _terms(text) if t in terms and not is_word(t))
-        if words:
-            low = text.lower()
-            counts.update(w for w in words if holds(low, w))
-    return counts
-
-
-def indexed(text: str, term: str) -> bool:
-    """Whether the words index finds a term in a text: as `contains` (it counts documents so)."""
-    return contains(text, term)
-
-
-def contains(text: str, term: str) -> bool:
-    """Whether a text holds a term: a CJK term anywhere, a latin stem at a word's start."""
-    return holds(text.lower(), term)
-
-
-def holds(low: str, term: str) -> bool:
-    """Whether a lowercased text holds a term (see `contains`)."""
-    at = low.find(term)
-    if at < 0 or not is_word(term):
-        return at >= 0
-    while at >= 0:
-        if at == 0 or not _WORD_CHAR.match(low[at - 1]):
-            return True
-        at = low.find(term, at + 1)
-    return False
 
 
 def df_cap(documents: int) -> int:
@@ -300,7 +170,7 @@ def stock_joints(window: Sequence[Message], df: Mapping[str, int], cap: int) -> 
     joints: set[str] = set()
     clean: set[str] = set()
     for message in list(window)[-WINDOW_MESSAGES:]:
-        for run in _CJK_RUN.findall(message.text):
+        for run in CJK_RUN.findall(message.text):
             covered = [False] * len(run)
             for i in range(len(run) - 1):
                 if df.get(run[i : i + 2], 0) > cap:
@@ -338,21 +208,6 @@ def rare(df: Mapping[str, int], documents: int) -> frozenset[str]:
     return frozenset(t for t, n in df.items() if is_word(t) and 0 < n <= most)
 
 
-def named(text: str, term: str) -> bool:
-    """Whether a text writes a latin term as a name (capitalised, past its first word) or number."""
-    if term.isdigit():
-        return True
-    low = text.lower()
-    at = low.find(term)
-    while at >= 0:
-        if at > 0 and not _WORD_CHAR.match(low[at - 1]) and text[at].isupper():
-            before = text[:at].rstrip()
-            if before and before[-1] not in ".!?。！？":
-                return True
-        at = low.find(term, at + 1)
-    return False
-
-
 def strong(matched: Sequence[str], specific: Collection[str] = ()) -> bool:
     """The gate: two matched terms, or one rare or long latin word.
 
@@ -369,45 +224,31 @@ def strong(matched: Sequence[str], specific: Collection[str] = ()) -> bool:
     return len(grams) == 2 and not set(grams[0]) & set(grams[1])
 
 
-@lru_cache(maxsize=MEMO_TEXTS)
-def shingles(text: str) -> frozenset[str]:
-    """The set of 3-character pieces of a text, lowercased and without spaces."""
-    flat = "".join(text.lower().split())
-    return frozenset(flat[i : i + 3] for i in range(max(len(flat) - 2, 1)))
-
-
-def similarity(a: frozenset[str], b: frozenset[str]) -> float:
-    """Jaccard similarity of two shingle sets."""
-    if not a or not b:
-        return 0.0
-    shared = len(a & b)
-    return shared / (len(a) + len(b) - shared)
-
-
 def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def select(
+Scored = tuple[float, Candidate]
+"""A candidate that passed the gate, and its score."""
+
+
+def rank(
     candidates: Iterable[Candidate],
     weights: Mapping[str, float],
     window: Sequence[Message],
     *,
-    limit: int,
-    max_chars: int,
     specific: Collection[str] = (),
-) -> list[Recalled]:
-    """Score, gate, de-duplicate and bound the candidates; the best first.
+) -> list[Scored]:
+    """Score and gate the candidates; the best first, the newer on ties.
 
     A candidate passes the gate (`strong`) on the terms it shares with one
     window message: two unrelated messages sharing a term each with it do
-    not make it a match. Ties go to the newer row. A candidate near-identical to a window message
-    or to a better one already kept is dropped; texts are cut at
-    `ITEM_CHARS` and the kept texts together stay within `max_chars`.
+    not make it a match. Its score is the summed weights of the terms it
+    holds, divided by its length (`LENGTH_NORM`).
     """
-    scored: list[tuple[float, Candidate]] = []
+    scored: list[Scored] = []
     seen: set[tuple[str, int]] = set()
-    said = [frozenset(_terms(m.text)) for m in list(window)[-WINDOW_MESSAGES:]]
+    said = [frozenset(cached_terms(m.text)) for m in list(window)[-WINDOW_MESSAGES:]]
     for candidate in candidates:
         if (candidate.kind, candidate.id) in seen:
             continue
@@ -423,7 +264,69 @@ def select(
             score = sum(weights[t] for t in matched)
             score /= 1 - LENGTH_NORM + LENGTH_NORM * len(candidate.text) / TYPICAL_CHARS
             scored.append((score, candidate))
-    scored.sort(key=lambda item: (-item[0], -item[1].created_at.timestamp(), -item[1].id))
+    scored.sort(key=_best_first)
+    return scored
+
+
+def _best_first(item: Scored) -> tuple[float, float, int]:
+    return (-item[0], -item[1].created_at.timestamp(), -item[1].id)
+
+
+def anchors(scored: Sequence[Scored], k: int = NEIGHBOURS) -> list[int]:
+    """The ids of the `k` best matched messages, whose neighbours come along (`with_neighbours`)."""
+    return [c.id for _, c in scored if c.kind == "message"][:k]
+
+
+def with_neighbours(
+    scored: Sequence[Scored], neighbours: Mapping[int, Sequence[Candidate]]
+) -> list[Scored]:
+    """The scored candidates and the neighbours of their best messages, the best first.
+
+    A message recalled alone is often half of an exchange: the answer
+    without its question, or the question without its answer. The message
+    just before and just after a best match (`anchors`) come along, each at
+    `NEIGHBOUR_SHARE` of its match's score (or its own, if higher), without
+    passing the gate themselves: they are recalled as that match's context.
+    The one after a question is its answer; any other shares a term with
+    the match (it is on the same subject), so an everyday line beside a
+    fact stays away.
+
+    Args:
+        scored: `rank`'s list.
+        neighbours: per anchor message id, the messages beside it.
+    """
+    best = {(c.kind, c.id): (score, c) for score, c in scored}
+    for score, candidate in scored:
+        if candidate.kind != "message":
+            continue
+        for near in neighbours.get(candidate.id, ()):
+            answers = _asks(candidate.text) and _order(near) > _order(candidate)
+            if not answers and not set(cached_terms(near.text)) & set(cached_terms(candidate.text)):
+                continue
+            share = score * NEIGHBOUR_SHARE
+            if best.get((near.kind, near.id), (0.0, near))[0] < share:
+                best[(near.kind, near.id)] = (share, near)
+    return sorted(best.values(), key=_best_first)
+
+
+def _order(candidate: Candidate) -> tuple[datetime, int]:
+    return (candidate.created_at, candidate.id)
+
+
+def _asks(text: str) -> bool:
+    return "?" in text or "？" in text
+
+
+def fill(
+    scored: Iterable[Scored], window: Sequence[Message], *, limit: int, max_chars: int
+) -> list[Recalled]:
+    """De-duplicate and bound the scored candidates, the best first.
+
+    A candidate near-identical to a window message or to a better one
+    already kept is dropped; texts are cut at `ITEM_CHARS` and the kept
+    texts together stay within `max_chars` (one that no longer fits is
+    passed over for a shorter one after it), at most `limit` of them.
+    """
     shown = [shingles(message.text) for message in window]
     kept: list[Recalled] = []
     used = 0
@@ -451,3 +354,23 @@ def select(
             )
         )
     return kept
+
+
+def select(
+    candidates: Iterable[Candidate],
+    weights: Mapping[str, float],
+    window: Sequence[Message],
+    *,
+    limit: int,
+    max_chars: int,
+    specific: Collection[str] = (),
+    neighbours: Mapping[int, Sequence[Candidate]] | None = None,
+) -> list[Recalled]:
+    """Score, gate, de-duplicate and bound the candidates; the best first.
+
+    `rank`, then `with_neighbours` (given the neighbours of `anchors`), then `fill`.
+    """
+    scored = rank(candidates, weights, window, specific=specific)
+    if neighbours:
+        scored = with_neighbours(scored, neighbours)
+    return fill(scored, window, limit=limit, max_chars=max_chars)

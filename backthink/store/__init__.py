@@ -23,12 +23,12 @@ from backthink.store.rounds import SqlRoundStore
 from backthink.store.session import SqlSession
 from backthink.store.tokens import SqlTokenStore
 from backthink.store.volatile import (
-    MemoryMemoryStore,
     MemoryMessageStore,
     MemoryOutbox,
     MemoryOwnerStore,
     MemoryRoundStore,
 )
+from backthink.store.volatile_memories import MemoryMemoryStore
 
 __all__ = [
     "BUSY_TIMEOUT_MS",

@@ -50,7 +50,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from backthink.memory.recall import index_text
+from backthink.memory.terms import index_text
 
 INDEXED = ("memory", "message")
 """The tables whose `text` column has a full-text index."""

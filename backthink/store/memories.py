@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import builtins
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -14,43 +13,30 @@ from sqlalchemy.engine import Connection
 from sqlmodel import col, select
 
 from backthink.memory import recall
-from backthink.models import MAIN_SESSION, Memory, MemoryKind, Message, Recalled
+from backthink.models import Memory, MemoryKind, Message, Recalled
 from backthink.store import fulltext
 from backthink.store.columns import UTCDateTime
 from backthink.store.database import Database
 from backthink.store.failures import store_errors
+from backthink.store.sqlite_recall import (
+    Counts,
+    Indexed,
+    Result,
+    below,
+    catch_up,
+    lagging,
+    recall_once,
+    rows,
+)
 from backthink.store.tables import MemoryRow
-from backthink.store.term_counts import TermCounts
 
 if TYPE_CHECKING:
     from backthink.store.pg_recall import PgRecall
 
-COUNT_CHUNK = 16
-"""Terms counted per statement (a handful of statement shapes, each prepared once)."""
 RESULT_CACHE = 64
 """Recall results kept, by window signature (a few per owner)."""
 
 _NEWEST_FIRST = (col(MemoryRow.created_at).desc(), col(MemoryRow.id).desc())
-
-# The index's best rows by bm25 first, then the join: the owner, session and
-# delivery filters read only those rows, not every match (up to TERMS x DF_CAP).
-# A few times more than CANDIDATES are read, so other owners' rows sharing the
-# index rarely crowd out this owner's.
-_MEMORY_HITS = (
-    "SELECT m.id, m.kind, m.text, m.created_at FROM"
-    " (SELECT rowid AS id, rank FROM memory_words WHERE memory_words MATCH :q"
-    " ORDER BY rank LIMIT :wide) AS hit JOIN memory m ON m.id = hit.id"
-    " WHERE m.owner_id = :owner ORDER BY hit.rank LIMIT :n"
-)
-_MESSAGE_HITS = (
-    "SELECT m.id, m.text, m.created_at, m.role, m.origin FROM"
-    " (SELECT rowid AS id, rank FROM message_words WHERE message_words MATCH :q"
-    " AND rowid < :before ORDER BY rank LIMIT :wide) AS hit JOIN message m ON m.id = hit.id"
-    " WHERE m.owner_id = :owner AND m.session_id = :session AND m.undelivered = 0"
-    " ORDER BY hit.rank LIMIT :n"
-)
-_WIDE = 4
-"""How many times CANDIDATES rows the index hands to the owner filter."""
 
 
 def _query(sql: str) -> TextualSelect:
@@ -65,122 +51,6 @@ def _memory(row: Any) -> Memory:
 def _like(word: str) -> str:
     escaped = word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return f"%{escaped}%"
-
-
-def _rows(conn: Connection, sql: str, params: Sequence[Any] = ()) -> builtins.list[Any]:
-    """Run one read on the DB-API connection itself, outside any transaction.
-
-    Recall's hot reads go this way: SQLAlchemy's statement handling and its
-    BEGIN/ROLLBACK pair cost twice what the query does (measured: 0.35 ms
-    against 0.17 ms for the index tops). Each statement reads its own
-    snapshot, which these reads allow: what one finds, the next re-checks.
-    """
-    dbapi = conn.connection.dbapi_connection
-    if dbapi is None:
-        raise RuntimeError("the connection is closed")
-    cursor = dbapi.cursor()
-    try:
-        cursor.execute(sql, tuple(params))
-        return builtins.list(cursor.fetchall())
-    finally:
-        cursor.close()
-
-
-def _count_sql(fts: str, n: int) -> str:
-    one = f"(SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} MATCH ? LIMIT ?))"
-    return "SELECT " + ", ".join([one] * n)
-
-
-class _Counts(TermCounts):
-    """Term counts of one words index; its cursor (highest indexed rowid) is the mark.
-
-    A count is read with a MATCH that stops past `DF_CAP` rows, so a common
-    term costs no more than a rare one.
-    """
-
-    def __init__(self, table: str) -> None:
-        super().__init__(table)
-        self.fts = f"{table}_words"
-
-    def sync(self, conn: Connection, cursor: int) -> None:
-        """Bring the counts to the index's cursor, reading the rows indexed since `mark`."""
-        if cursor == self.mark:
-            return
-        if self.mark < 0:
-            self.clear(cursor)
-            return
-        now, rows = fulltext.indexed_since(conn, self.table, self.mark)
-        self.advance(self.mark, now, rows)
-
-    def read(self, conn: Connection, terms: Iterable[str]) -> dict[str, int]:
-        """Document counts of the terms (0 when absent; past DF_CAP, DF_CAP + 1)."""
-        missing = self.missing(terms)
-        for start in range(0, len(missing), COUNT_CHUNK):
-            chunk = missing[start : start + COUNT_CHUNK]
-            params: builtins.list[Any] = []
-            for term in chunk:
-                params += [recall.term_query(term), recall.DF_CAP + 1]
-            (counts,) = _rows(conn, _count_sql(self.fts, len(chunk)), params)
-            for term, count in zip(chunk, counts, strict=True):
-                self.store(term, int(count))
-        return self.df
-
-
-_Indexed = tuple[int, builtins.list[tuple[int, str]] | None]
-"""A cursor, and the (id, text) of the rows indexed up to it (None: unknown)."""
-
-
-def _catch_up(
-    conn: Connection, *, lagging: dict[str, int | None]
-) -> tuple[dict[str, _Indexed], dict[str, tuple[int, int]]]:
-    """One catch-up batch of each lagging index (by the cursor its counts stand at); then `tops`."""
-    moved = {t: fulltext.catch_up(conn, t, since) for t, since in lagging.items()}
-    return moved, fulltext.tops(conn)
-
-
-def _lagging(tops: dict[str, tuple[int, int]], before: int | None) -> bool:
-    """Whether a recall must wait for the indexes to catch up first.
-
-    Memories must be indexed to be recalled. Messages only below the
-    window: the newest ones, which the chat app has just written, are in the
-    window, and the window is never recalled nor counted. They are indexed
-    once the window has moved past them, many at once.
-    """
-    memory_top, memory_cursor = tops["memory"]
-    message_top, message_cursor = tops["message"]
-    if memory_top > memory_cursor:
-        return True
-    return message_top > message_cursor and (before is None or message_cursor < before - 1)
-
-
-def _below(cursor: int, before: int | None) -> int:
-    """The indexed messages a recall stands on: those below the window."""
-    return cursor if before is None else min(cursor, before - 1)
-
-
-@dataclass(frozen=True)
-class _Result:
-    """A recall result and what it was read from: its rows' ids and their texts then."""
-
-    items: tuple[Recalled, ...]
-    memories: dict[int, str]
-    messages: dict[int, str]
-
-    def still_there(self, conn: Connection) -> bool:
-        """Whether every recalled row still exists with the same text (one read)."""
-        parts: builtins.list[str] = []
-        params: builtins.list[int] = []
-        for table, rows in (("memory", self.memories), ("message", self.messages)):
-            if rows:
-                marks = ", ".join("?" * len(rows))
-                parts.append(f"SELECT '{table}', id, text FROM {table} WHERE id IN ({marks})")
-                params += rows
-        if not parts:
-            return True
-        now: dict[str, dict[int, str]] = {"memory": {}, "message": {}}
-        for table, row_id, body in _rows(conn, " UNION ALL ".join(parts), params):
-            now[table][row_id] = body
-        return now["memory"] == self.memories and now["message"] == self.messages
 
 
 class SqlMemoryStore:
@@ -207,8 +77,8 @@ class SqlMemoryStore:
             from backthink.store.pg_recall import PgRecall
 
             self._pg = PgRecall(db)
-        self._counts = {table: _Counts(table) for table in fulltext.INDEXED}
-        self._results: OrderedDict[tuple[Any, ...], _Result] = OrderedDict()
+        self._counts = {table: Counts(table) for table in fulltext.INDEXED}
+        self._results: OrderedDict[tuple[Any, ...], Result] = OrderedDict()
 
     async def add(self, memory: Memory) -> Memory:
         """Store one memory, indexed at once, and return it with its id.
@@ -223,7 +93,7 @@ class SqlMemoryStore:
         counts = self._counts["memory"]
         since = counts.mark if counts.mark >= 0 else None
 
-        def run(conn: Connection) -> tuple[int | None, _Indexed | None]:
+        def run(conn: Connection) -> tuple[int | None, Indexed | None]:
             new_id = conn.execute(statement, values).scalar_one()
             if not self._fulltext:
                 return new_id, None
@@ -360,7 +230,7 @@ class SqlMemoryStore:
                     for t, (top, cursor) in tops.items()
                     if top > cursor
                 }
-                moved, after = await self._db.write(partial(_catch_up, lagging=lagging))
+                moved, after = await self._db.write(partial(catch_up, lagging=lagging))
                 for table, (cursor, rows) in moved.items():
                     self._counts[table].advance(lagging[table], cursor, rows)
                 stuck = all(after[t][1] <= tops[t][1] for t in moved)
@@ -423,10 +293,10 @@ class SqlMemoryStore:
             # the messages below the window (the newest id too, so a new message
             # anywhere is seen), not how far the window itself is indexed.
             message_top, message_cursor = tops["message"]
-            return (signature, tops["memory"], message_top, _below(message_cursor, before))
+            return (signature, tops["memory"], message_top, below(message_cursor, before))
 
-        def cached(conn: Connection) -> tuple[dict[str, tuple[int, int]], _Result | None]:
-            tops = fulltext.parse_tops(_rows(conn, fulltext.TOPS_SQL)[0])
+        def cached(conn: Connection) -> tuple[dict[str, tuple[int, int]], Result | None]:
+            tops = fulltext.parse_tops(rows(conn, fulltext.TOPS_SQL)[0])
             hit = self._results.get(key(tops))
             if hit is not None and not hit.still_there(conn):
                 hit = None
@@ -434,7 +304,7 @@ class SqlMemoryStore:
 
         with store_errors("could not recall"):
             tops, hit = await self._db.read(cached)
-            if hit is None and _lagging(tops, before):
+            if hit is None and lagging(tops, before):
                 tops = await self._catch_up()
                 hit = self._results.get(key(tops))
                 if hit is not None and not await self._db.read(hit.still_there):
@@ -444,91 +314,20 @@ class SqlMemoryStore:
                 return builtins.list(hit.items)
             cursors = {t: cursor for t, (_, cursor) in tops.items()}
             result = await self._db.read(
-                lambda conn: self._recall(
-                    conn, owner_id, window, recent, before, limit, max_chars, exclude, cursors
+                lambda conn: recall_once(
+                    conn,
+                    self._counts,
+                    owner_id,
+                    window,
+                    recent,
+                    before,
+                    limit,
+                    max_chars,
+                    exclude,
+                    cursors,
                 )
             )
         self._results[key(tops)] = result
         while len(self._results) > RESULT_CACHE:
             self._results.popitem(last=False)
         return builtins.list(result.items)
-
-    def _recall(
-        self,
-        conn: Connection,
-        owner_id: str,
-        window: Sequence[Message],
-        recent: dict[str, float],
-        before: int | None,
-        limit: int,
-        max_chars: int,
-        exclude: Collection[int],
-        cursors: dict[str, int],
-    ) -> _Result:
-        """One recall over caught-up indexes, on one read connection."""
-        memory_counts, message_counts = self._counts["memory"], self._counts["message"]
-        memory_counts.sync(conn, cursors["memory"])
-        message_counts.sync(conn, cursors["message"])
-        df_memory = memory_counts.read(conn, recent)
-        df_all_messages = message_counts.read(conn, recent)
-        # The window's own messages are in the index (once caught up): take them out
-        # of the counts, so a term only the window holds weighs nothing.
-        indexed = [m.text for m in window if m.id is not None and m.id <= cursors["message"]]
-        shown = recall.inside(indexed, recent)
-        # A count past DF_CAP is only a lower bound: it stays past the cap.
-        df_message = {
-            t: n if n > recall.DF_CAP else max(n - shown[t], 0)
-            for t, n in ((t, df_all_messages[t]) for t in recent)
-        }
-        df = {t: df_memory[t] + df_message[t] for t in recent}
-        documents = max(cursors["memory"] + _below(cursors["message"], before), 1)
-        weights = recall.weigh(recent, df, documents, window)
-        memory_terms = recall.best(weights, df_memory)
-        message_terms = recall.best(weights, df_message) if before is not None else []
-        queried = {t: weights[t] for t in weights if t in memory_terms or t in message_terms}
-        found: builtins.list[recall.Candidate] = []
-        if memory_terms:
-            rows = conn.execute(
-                _query(_MEMORY_HITS),
-                {
-                    "q": recall.words_query(memory_terms),
-                    "owner": owner_id,
-                    "wide": recall.CANDIDATES * _WIDE + len(exclude),
-                    "n": recall.CANDIDATES + len(exclude),
-                },
-            )
-            found += [
-                recall.Candidate("memory", i, body, at, MemoryKind(kind))
-                for i, kind, body, at in rows
-                if i not in exclude
-            ]
-        if message_terms:
-            rows = conn.execute(
-                _query(_MESSAGE_HITS),
-                {
-                    "q": recall.words_query(message_terms),
-                    "before": before,
-                    "owner": owner_id,
-                    "session": MAIN_SESSION,
-                    "wide": recall.CANDIDATES * _WIDE,
-                    "n": recall.CANDIDATES,
-                },
-            )
-            found += [
-                recall.Candidate("message", i, body, at, role=role, origin=origin)
-                for i, body, at, role, origin in rows
-            ]
-        items = recall.select(
-            found,
-            queried,
-            window,
-            limit=limit,
-            max_chars=max_chars,
-            specific=recall.rare(df, documents),
-        )
-        texts = {(c.kind, c.id): c.text for c in found}
-        return _Result(
-            tuple(items),
-            {r.id: texts[("memory", r.id)] for r in items if r.kind == "memory"},
-            {r.id: texts[("message", r.id)] for r in items if r.kind == "message"},
-        )

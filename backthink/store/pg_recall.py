@@ -35,12 +35,13 @@ from typing import Any
 from sqlalchemy import TextualSelect, text
 from sqlalchemy.engine import Connection
 
-from backthink.memory import recall
+from backthink.memory import recall, terms
 from backthink.models import MAIN_SESSION, Memory, MemoryKind, Message, Recalled
 from backthink.store.columns import UTCDateTime
 from backthink.store.database import Database
 from backthink.store.failures import store_errors
 from backthink.store.fulltext import CATCH_UP_ROWS, INDEXED, PG_WORDS
+from backthink.store.neighbours import neighbours
 from backthink.store.term_counts import TermCounts
 
 COUNT_CHUNK = 32
@@ -113,7 +114,7 @@ def tsquery(term: str) -> str:
     is quoted all the same.
     """
     quoted = "'" + term.replace("\\", "\\\\").replace("'", "''") + "'"
-    return quoted + (":*" if recall.is_word(term) else "")
+    return quoted + (":*" if terms.is_word(term) else "")
 
 
 def _hits_sql(select: str, table: str, where: str, terms: int) -> str:
@@ -254,11 +255,8 @@ class PgRecall:
                 for i, body, at, role, origin in conn.execute(_query(sql), params)
             ]
         documents = max(top["memory"] + below, 1)
-        return recall.select(
-            found,
-            queried,
-            window,
-            limit=limit,
-            max_chars=max_chars,
-            specific=recall.rare(df, documents),
-        )
+        scored = recall.rank(found, queried, window, specific=recall.rare(df, documents))
+        if before is not None:
+            near = neighbours(conn, recall.anchors(scored), before=before)
+            scored = recall.with_neighbours(scored, near)
+        return recall.fill(scored, window, limit=limit, max_chars=max_chars)

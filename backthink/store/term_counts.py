@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from backthink.memory import recall
+from backthink.memory import terms
 
 DF_CACHE_TERMS = 50_000
 """Cached document counts kept at most, per index, before the cache starts over."""
@@ -53,7 +53,7 @@ class TermCounts:
             pieces = {low[i : i + 2] for i in range(len(low) - 1)}
             for piece in pieces:
                 for term in self._by_piece.get(piece, ()):
-                    if recall.holds(low, term):
+                    if terms.holds(low, term):
                         self.df[term] += 1
         self.mark = cursor
 

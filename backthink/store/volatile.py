@@ -11,23 +11,19 @@ from itertools import islice
 from pydantic import ValidationError
 
 from backthink.errors import StoreError
-from backthink.memory import recall
 from backthink.models import (
     MAIN_SESSION,
-    Memory,
-    MemoryKind,
     Message,
     Owner,
     OwnerActivity,
     PastPush,
-    Recalled,
     SessionView,
 )
 from backthink.records import Delivery, DeliveryStatus, RoundRecord
 from backthink.store.failures import describe
 
 
-def _check_limit(limit: int) -> None:
+def check_limit(limit: int) -> None:
     if limit < 0:
         raise ValueError(f"limit must not be negative, got {limit}")
 
@@ -98,7 +94,7 @@ class MemoryMessageStore:
         self, owner_id: str, limit: int, *, session_id: str = MAIN_SESSION
     ) -> builtins.list[Message]:
         """Return the last `limit` messages of a session, oldest first, by (created_at, id)."""
-        _check_limit(limit)
+        check_limit(limit)
         if limit == 0:
             return []
         return self._sessions.get((owner_id, session_id), [])[-limit:]
@@ -110,7 +106,7 @@ class MemoryMessageStore:
 
         Oldest first; a write-back whose delivery failed is not shown.
         """
-        _check_limit(limit)
+        check_limit(limit)
         shown = (m for m in self._newest_first(owner_id, session_id, None) if not m.undelivered)
         recent = list(islice(shown, limit))
         recent.reverse()
@@ -128,7 +124,7 @@ class MemoryMessageStore:
         session_id: str = MAIN_SESSION,
     ) -> builtins.list[Message]:
         """Return a session's messages created in [start, end), oldest first, at most `limit`."""
-        _check_limit(limit)
+        check_limit(limit)
         found = (
             m
             for m in self._sessions.get((owner_id, session_id), [])
@@ -159,8 +155,8 @@ class MemoryMessageStore:
         self, owner_id: str, *, messages: int, pushes: int, session_id: str = MAIN_SESSION
     ) -> OwnerActivity:
         """Return the owner's newest `messages` (channel, time) and the newest `pushes`."""
-        _check_limit(messages)
-        _check_limit(pushes)
+        check_limit(messages)
+        check_limit(pushes)
         owner = islice(self._newest_first(owner_id, session_id, "user"), messages)
         proactive = (
             m for m in self._newest_first(owner_id, session_id, None) if m.origin == "proactive"
@@ -206,7 +202,7 @@ class MemoryRoundStore:
         self, *, owner_id: str | None = None, trigger: str | None = None, limit: int = 20
     ) -> builtins.list[RoundRecord]:
         """Return rounds newest first (by start time, then id), optionally for one owner/trigger."""
-        _check_limit(limit)
+        check_limit(limit)
         found = [
             r
             for r in self._rounds.values()
@@ -220,7 +216,7 @@ class MemoryRoundStore:
         self, owner_id: str, start: datetime, end: datetime, *, limit: int = 1000
     ) -> builtins.list[RoundRecord]:
         """Return an owner's rounds started in [start, end), oldest first, at most `limit`."""
-        _check_limit(limit)
+        check_limit(limit)
         found = [
             r
             for r in self._rounds.values()
@@ -323,136 +319,6 @@ class MemoryOutbox:
                 "last_error": last_error,
                 "updated_at": at.astimezone(UTC),
             }
-        )
-
-
-class MemoryMemoryStore:
-    """A MemoryStore in a dict; search and recall scan, as the indexes would match.
-
-    Recall reads older messages from `messages`, the in-memory message store
-    of the same app (None: memories only).
-    """
-
-    def __init__(self, messages: MemoryMessageStore | None = None) -> None:
-        """Start empty."""
-        self._messages = messages
-        self._rows: dict[int, Memory] = {}
-        self._max_id = 0
-
-    async def add(self, memory: Memory) -> Memory:
-        """Store one memory and return it with its id; a taken id is a StoreError."""
-        try:
-            checked = Memory.model_validate(dict(memory))
-        except ValidationError as exc:
-            raise StoreError(f"could not store memory: {describe(exc)}") from None
-        new_id = checked.id if checked.id is not None else self._max_id + 1
-        if new_id in self._rows:
-            raise StoreError(f"could not store memory: memory id {new_id} is taken")
-        stored = checked.model_copy(
-            update={"id": new_id, "created_at": checked.created_at.astimezone(UTC)}
-        )
-        self._rows[new_id] = stored
-        self._max_id = max(self._max_id, new_id)
-        return stored
-
-    def _newest_first(self, owner_id: str) -> builtins.list[Memory]:
-        rows = [m for m in self._rows.values() if m.owner_id == owner_id]
-        rows.sort(key=lambda m: (m.created_at, m.id or 0), reverse=True)
-        return rows
-
-    async def list(
-        self, owner_id: str, *, kind: MemoryKind | None = None, limit: int = 20
-    ) -> builtins.list[Memory]:
-        """Return an owner's memories newest first, of one kind or of every kind."""
-        _check_limit(limit)
-        rows = [m for m in self._newest_first(owner_id) if kind is None or m.kind is kind]
-        return rows[:limit]
-
-    async def latest_thoughts(self, owner_id: str, n: int) -> builtins.list[Memory]:
-        """Return an owner's newest `n` thoughts, newest first."""
-        return await self.list(owner_id, kind=MemoryKind.THOUGHT, limit=n)
-
-    async def get_many(self, owner_id: str, ids: Collection[int]) -> builtins.list[Memory]:
-        """Return an owner's memories with these ids, newest first."""
-        wanted = set(ids)
-        return [m for m in self._newest_first(owner_id) if m.id in wanted]
-
-    async def forget(self, owner_id: str, memory_id: int) -> bool:
-        """Delete one memory of an owner; False if there is none."""
-        found = self._rows.get(memory_id)
-        if found is None or found.owner_id != owner_id:
-            return False
-        del self._rows[memory_id]
-        return True
-
-    async def search(self, owner_id: str, query: str, *, limit: int = 20) -> builtins.list[Memory]:
-        """Return an owner's memories that hold every word of `query`, newest first."""
-        words = query.replace("\0", " ").lower().split()
-        if not words:
-            return []
-        found = [m for m in self._newest_first(owner_id) if all(w in m.text.lower() for w in words)]
-        return found[:limit]
-
-    async def recall(
-        self,
-        owner_id: str,
-        window: Sequence[Message],
-        *,
-        limit: int,
-        max_chars: int,
-        before_message_id: int | None = None,
-        exclude: Collection[int] = (),
-    ) -> builtins.list[Recalled]:
-        """Return the memories and older main-session messages the window brings to mind.
-
-        Memories whose id is in `exclude` are never recalled.
-        """
-        recent = recall.recency(window)
-        ids = [m.id for m in window if m.id is not None]
-        before = before_message_id if before_message_id is not None else min(ids, default=None)
-        if not recent or limit <= 0 or max_chars <= 0:
-            return []
-        every_message = [
-            m
-            for session in (self._messages._sessions if self._messages else {}).values()
-            for m in session
-        ]
-        window_ids = set(ids)
-        older = [m for m in every_message if m.id not in window_ids]
-        df_memory = {t: sum(recall.indexed(m.text, t) for m in self._rows.values()) for t in recent}
-        df_message = {t: sum(recall.indexed(m.text, t) for m in older) for t in recent}
-        df = {t: df_memory[t] + df_message[t] for t in recent}
-        documents = self._max_id + (self._messages._max_id if self._messages else 0) - len(window)
-        weighed = recall.weigh(recent, df, documents, window)
-        # As the SQL store does: each side queried by its own best terms.
-        chosen = set(recall.best(weighed, df_memory)) | set(recall.best(weighed, df_message))
-        weights = {t: w for t, w in weighed.items() if t in chosen}
-        found = [
-            recall.Candidate("memory", m.id or 0, m.text, m.created_at, m.kind)
-            for m in self._rows.values()
-            if m.owner_id == owner_id
-            and m.id not in exclude
-            and any(recall.contains(m.text, t) for t in weights)
-        ]
-        found += [
-            recall.Candidate(
-                "message", m.id or 0, m.text, m.created_at, role=m.role, origin=m.origin
-            )
-            for m in every_message
-            if m.owner_id == owner_id
-            and m.session_id == MAIN_SESSION
-            and not m.undelivered
-            and before is not None
-            and (m.id or 0) < before
-            and any(recall.contains(m.text, t) for t in weights)
-        ]
-        return recall.select(
-            found,
-            weights,
-            window,
-            limit=limit,
-            max_chars=max_chars,
-            specific=recall.rare(df, documents),
         )
 
 
