@@ -23,20 +23,20 @@ from backthink.models import Message, RoundState, StateReading
 from backthink.ports import Channel, MemoryStore, MessageStore, ModelClient
 from backthink.records import ModelMessage, ModelReply, OutgoingMessage, ToolCall
 from backthink.round.thinker import Thinker
-from backthink.store.volatile import MemoryMessageStore, MemoryOutbox, MemoryRoundStore
+from backthink.store.volatile import VolatileMessageStore, VolatileOutbox, VolatileRoundStore
 from backthink.tools import Tool
 
 __all__ = [
     "Calls",
     "FailingModel",
     "FakeClock",
-    "MemoryMessageStore",
-    "MemoryOutbox",
-    "MemoryRoundStore",
     "RecordingChannel",
     "Rig",
     "ScriptedModel",
     "StaticState",
+    "VolatileMessageStore",
+    "VolatileOutbox",
+    "VolatileRoundStore",
     "make_rig",
     "proactive_messages",
     "run_cli",
@@ -223,9 +223,9 @@ class Rig:
     """An app wired to in-memory fakes, with every part reachable for assertions."""
 
     thinker: Thinker
-    messages: MemoryMessageStore
-    rounds: MemoryRoundStore
-    outbox: MemoryOutbox
+    messages: VolatileMessageStore
+    rounds: VolatileRoundStore
+    outbox: VolatileOutbox
     channels: dict[str, Channel]
     dispatcher: Dispatcher
     clock: FakeClock
@@ -240,7 +240,7 @@ def make_rig(
     channels: Sequence[Channel] | None = None,
     clock: FakeClock | None = None,
     state: StaticState | None = None,
-    messages: MemoryMessageStore | None = None,
+    messages: VolatileMessageStore | None = None,
     prompts_dir: Path | None = None,
     persona_prompt: str = "",
     memories: MemoryStore | None = None,
@@ -249,9 +249,9 @@ def make_rig(
     """Build the app on in-memory stores; channels default to one connected sender `web`."""
     clock = clock or FakeClock()
     state = state or StaticState()
-    messages = messages if messages is not None else MemoryMessageStore()
-    rounds = MemoryRoundStore()
-    outbox = MemoryOutbox(messages, rounds)
+    messages = messages if messages is not None else VolatileMessageStore()
+    rounds = VolatileRoundStore()
+    outbox = VolatileOutbox(messages, rounds)
     senders: dict[str, Channel] = {
         c.name: c for c in (channels if channels is not None else [RecordingChannel("web")])
     }

@@ -228,15 +228,20 @@ async def _run_one(
 ) -> None:
     from backthink.host.app import build_app
     from backthink.models import Message
-    from backthink.store import MemoryMemoryStore, MemoryMessageStore, SqlMemoryStore, open_store
+    from backthink.store import (
+        SqlMemoryStore,
+        VolatileMemoryStore,
+        VolatileMessageStore,
+        open_store,
+    )
     from backthink.testing import FakeClock, StaticState
 
     url = f"sqlite+aiosqlite:///{workdir / (conv.name + '.db')}"
     settings = _settings(url, recall, max_chars)
     db = None
     if store == "memory":
-        messages: Any = MemoryMessageStore()
-        memories: Any = MemoryMemoryStore(messages)
+        messages: Any = VolatileMessageStore()
+        memories: Any = VolatileMemoryStore(messages)
     else:
         db, messages, _ = await open_store(url)
         memories = SqlMemoryStore(db)
@@ -309,9 +314,9 @@ async def _run_one(
 
 async def _delete(messages: Any, memories: Any, message_id: int | None) -> None:
     """Take the question out again: its row (and its index entries, had any been made)."""
-    from backthink.store import MemoryMessageStore
+    from backthink.store import VolatileMessageStore
 
-    if isinstance(messages, MemoryMessageStore):
+    if isinstance(messages, VolatileMessageStore):
         for session in messages._sessions.values():
             session[:] = [m for m in session if m.id != message_id]
         return

@@ -117,9 +117,9 @@ def _full_recall_store() -> type:
     """
     from backthink.memory.recall import ITEM_CHARS
     from backthink.models import Recalled
-    from backthink.store.volatile_memories import MemoryMemoryStore
+    from backthink.store.volatile_memories import VolatileMemoryStore
 
-    class Full(MemoryMemoryStore):
+    class Full(VolatileMemoryStore):
         async def recall(self, owner_id: str, window: Any, **bounds: Any) -> list[Recalled]:
             found, used = [], 0
             texts = [*OLDER_FACTS, *(text for _, text in MEMORIES)]
@@ -249,8 +249,8 @@ async def _two_heartbeats(base_url: str, work: Path, *, memory: bool) -> list[in
     from backthink.host.app import build_app
     from backthink.model.client import OpenAIModelClient
     from backthink.models import Memory, MemoryKind, Message
-    from backthink.store.volatile_memories import MemoryMemoryStore
-    from backthink.testing import FakeClock, MemoryMessageStore
+    from backthink.store.volatile_memories import VolatileMemoryStore
+    from backthink.testing import FakeClock, VolatileMessageStore
 
     full_recall = _full_recall_store()
 
@@ -260,8 +260,8 @@ async def _two_heartbeats(base_url: str, work: Path, *, memory: bool) -> list[in
         settings_doc(base_url=base_url, db=work / "unused.db", state=state)
     )
     clock = FakeClock(T0)
-    messages = MemoryMessageStore()
-    memories = (full_recall if memory else MemoryMemoryStore)(messages)
+    messages = VolatileMessageStore()
+    memories = (full_recall if memory else VolatileMemoryStore)(messages)
     start = T0 - timedelta(hours=3)
     if memory:
         rng = random.Random(20261202)

@@ -2,7 +2,8 @@
 
 The floors are written down in docs/architecture.md; this test reads every
 import of every module, those inside functions too, and fails on an import
-that crosses a floor upwards, and on a circle of imports.
+that crosses a floor upwards, and on a circle of imports. A module stays small
+enough to hold one concept.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ GROUND = {"models", "records", "errors", "ports", "redact", "protocol"}
 # The public names kept where scripts import them from, and the package's own entry points:
 # they may import any room, and no room imports them.
 FACADE = {"backthink", "backthink.footer", "backthink.channels", "backthink.__main__"}
+# Lines a module may have: past this it holds more than one concept; split it by concern.
+MAX_LINES = 400
 
 
 def modules() -> dict[str, Path]:
@@ -152,3 +155,13 @@ def test_the_circle_finder_finds_circles() -> None:
     """The check itself sees a circle of three and passes a straight line."""
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert circles({"a": {"b"}, "b": {"c"}}) == []
+
+
+def test_modules_stay_small() -> None:
+    """No module grows past MAX_LINES lines: one concept per module."""
+    big = {
+        name: n
+        for name, path in modules().items()
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert not big, f"modules over {MAX_LINES} lines: {big}"

@@ -15,9 +15,9 @@ from backthink.models import RoundState, ScheduleItem
 from backthink.records import ModelMessage
 from backthink.testing import (
     FakeClock,
-    MemoryMessageStore,
     ScriptedModel,
     StaticState,
+    VolatileMessageStore,
     make_rig,
     seed_history,
 )
@@ -40,8 +40,8 @@ def settings(*, tools: bool = True, **prompt: Any) -> Settings:
     )
 
 
-async def seeded(items: list[tuple[str, str, str | None]]) -> MemoryMessageStore:
-    store = MemoryMessageStore()
+async def seeded(items: list[tuple[str, str, str | None]]) -> VolatileMessageStore:
+    store = VolatileMessageStore()
     await seed_history(store, items, start=T0 - timedelta(hours=5))
     return store
 

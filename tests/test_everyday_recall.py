@@ -27,10 +27,10 @@ from backthink.config import MemorySettings
 from backthink.memory import recall
 from backthink.models import Message
 from backthink.store import (
-    MemoryMemoryStore,
-    MemoryMessageStore,
     SqlMemoryStore,
     SqlMessageStore,
+    VolatileMemoryStore,
+    VolatileMessageStore,
     open_store,
 )
 
@@ -53,16 +53,16 @@ class Figures:
 class Stores:
     """A message store and the memory store recalling from it."""
 
-    messages: SqlMessageStore | MemoryMessageStore
-    memories: SqlMemoryStore | MemoryMemoryStore
+    messages: SqlMessageStore | VolatileMessageStore
+    memories: SqlMemoryStore | VolatileMemoryStore
 
 
 @pytest.fixture(params=["sqlite", "memory", "pg"])
 async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stores]:
     """Empty stores: SQLite, in memory, PostgreSQL."""
     if request.param == "memory":
-        messages = MemoryMessageStore()
-        yield Stores(messages, MemoryMemoryStore(messages))
+        messages = VolatileMessageStore()
+        yield Stores(messages, VolatileMemoryStore(messages))
         return
     url = f"sqlite+aiosqlite:///{tmp_path / 'bt.db'}"
     if request.param == "pg":

@@ -18,7 +18,7 @@ from backthink.decision.tags import has_tags
 from backthink.errors import StoreError
 from backthink.memory.block import MemoryBlock, render_memory_block
 from backthink.models import Memory, MemoryKind, MemoryRef, Message, Outcome, Recalled
-from backthink.store.volatile_memories import MemoryMemoryStore
+from backthink.store.volatile_memories import VolatileMemoryStore
 from backthink.testing import Calls, FakeClock, ScriptedModel, make_rig, proactive_messages
 from backthink.tools import ToolSpec
 
@@ -196,7 +196,7 @@ async def test_a_thought_is_never_delivered() -> None:
 
 
 async def test_a_push_copying_a_memory_is_an_echo() -> None:
-    memories = MemoryMemoryStore()
+    memories = VolatileMemoryStore()
     await memories.add(
         Memory(
             owner_id="o",
@@ -234,7 +234,7 @@ async def test_the_journal_never_grows_past_its_budget() -> None:
     assert max(sizes) - min(sizes) <= 600 + 5 * 20  # the block's text and its line heads
 
 
-class FailingMemories(MemoryMemoryStore):
+class FailingMemories(VolatileMemoryStore):
     async def latest_thoughts(self, owner_id: str, n: int) -> list[Memory]:
         raise StoreError("could not read memories: database is locked")
 
@@ -338,7 +338,7 @@ async def test_a_thought_quoting_a_tool_result_keeps_its_provenance(
         }
     )
     db = None
-    memories: MemoryMemoryStore | SqlMemoryStore = MemoryMemoryStore()
+    memories: VolatileMemoryStore | SqlMemoryStore = VolatileMemoryStore()
     if store == "sqlite":
         db, _, _ = await open_store(f"sqlite+aiosqlite:///{tmp_path / 'bt.db'}")
         memories = SqlMemoryStore(db)

@@ -14,10 +14,10 @@ from backthink.errors import StoreError
 from backthink.memory import recall
 from backthink.models import Memory, MemoryKind, Message
 from backthink.store import (
-    MemoryMemoryStore,
-    MemoryMessageStore,
     SqlMemoryStore,
     SqlMessageStore,
+    VolatileMemoryStore,
+    VolatileMessageStore,
     create_engine,
     fulltext,
     migrate,
@@ -58,8 +58,8 @@ def note(
 class Stores:
     """One memory store and the message store it recalls from."""
 
-    memories: SqlMemoryStore | MemoryMemoryStore
-    messages: SqlMessageStore | MemoryMessageStore
+    memories: SqlMemoryStore | VolatileMemoryStore
+    messages: SqlMessageStore | VolatileMessageStore
     path: Path | None
 
     async def history(self, texts: list[str], *, start: datetime = T0) -> list[Message]:
@@ -77,8 +77,8 @@ async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
     SQLite (`sql`, its file in `path`), in memory, and PostgreSQL (`pg`, no path).
     """
     if request.param == "memory":
-        messages = MemoryMessageStore()
-        yield Stores(MemoryMemoryStore(messages), messages, None)
+        messages = VolatileMessageStore()
+        yield Stores(VolatileMemoryStore(messages), messages, None)
         return
     path: Path | None = tmp_path / "bt.db"
     url = f"sqlite+aiosqlite:///{path}"
@@ -398,7 +398,9 @@ async def test_a_backlog_is_indexed_a_batch_per_recall_and_whole_by_search(
     await db.dispose()
 
 
-async def stores_history(messages: SqlMessageStore | MemoryMessageStore, texts: list[str]) -> None:
+async def stores_history(
+    messages: SqlMessageStore | VolatileMessageStore, texts: list[str]
+) -> None:
     """Store messages one minute apart, from T0."""
     for i, text in enumerate(texts):
         await messages.add(msg(text, at=T0 + timedelta(minutes=i)))

@@ -19,7 +19,7 @@ from backthink.errors import ConfigError, InputError, StoreError
 from backthink.host.daemon import Daemon, phase
 from backthink.host.fleet import open_fleet
 from backthink.models import Owner
-from backthink.store import MemoryOwnerStore, open_database
+from backthink.store import VolatileOwnerStore, open_database
 from backthink.testing import FakeClock, ScriptedModel
 
 T0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
@@ -150,7 +150,7 @@ def test_listing_hides_channel_addresses() -> None:
 @pytest.fixture(params=["sql", "memory"])
 async def owners(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Any]:
     if request.param == "memory":
-        yield MemoryOwnerStore()
+        yield VolatileOwnerStore()
         return
     settings = Settings.model_validate({"database": {"url": f"sqlite:///{tmp_path / 'o.db'}"}})
     async with open_database(settings.database) as store:

@@ -15,7 +15,7 @@ from conftest import Workdir
 from backthink.config import Settings
 from backthink.errors import BackthinkError
 from backthink.host import poke
-from backthink.testing import FakeClock, MemoryRoundStore, ScriptedModel, make_rig
+from backthink.testing import FakeClock, ScriptedModel, VolatileRoundStore, make_rig
 
 PROMPTS = Path(__file__).resolve().parent.parent / "backthink/prompts"
 T0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
@@ -26,7 +26,7 @@ TIMEOUT_S = 20.0  # seconds for any one exchange on a loaded machine
 @dataclass
 class Served:
     path: Path
-    rounds: MemoryRoundStore
+    rounds: VolatileRoundStore
     model: ScriptedModel
 
 

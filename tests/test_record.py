@@ -10,7 +10,7 @@ from backthink.models import Outcome
 from backthink.records import RoundRecord
 from backthink.round.record import Recorder
 from backthink.round.spill import Spill
-from backthink.store import MemoryRoundStore
+from backthink.store import VolatileRoundStore
 
 T0 = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)
 DEAD_PID = 2**22 + 1  # above Linux's pid_max: no process has it
@@ -30,7 +30,7 @@ def record(round_id: str) -> RoundRecord:
     )
 
 
-class RefusingRounds(MemoryRoundStore):
+class RefusingRounds(VolatileRoundStore):
     """A round store whose saves fail until told otherwise, like a locked database."""
 
     refuse = True
@@ -71,7 +71,7 @@ async def test_a_drain_that_fails_again_keeps_what_is_left(tmp_path: Path) -> No
 
 async def test_records_claimed_by_a_dead_process_are_adopted(tmp_path: Path) -> None:
     """A drain cut short by a crash leaves its claimed records; the next drain takes them."""
-    rounds = MemoryRoundStore()
+    rounds = VolatileRoundStore()
     spill = Spill(tmp_path / "s.jsonl")
     orphan = tmp_path / f"s.jsonl.{DEAD_PID}.draining"
     orphan.write_text(record("r9").model_dump_json() + "\n", encoding="utf-8")
@@ -82,7 +82,7 @@ async def test_records_claimed_by_a_dead_process_are_adopted(tmp_path: Path) -> 
 
 async def test_a_start_takes_over_claimed_records_without_a_spill_file(tmp_path: Path) -> None:
     """Only a crashed drain's claim is left: the thorough drain at start still writes it in."""
-    rounds = MemoryRoundStore()
+    rounds = VolatileRoundStore()
     recorder = Recorder(rounds, spill=Spill(tmp_path / "s.jsonl"))
     orphan = tmp_path / f"s.jsonl.{DEAD_PID}.draining"
     orphan.write_text(record("r8").model_dump_json() + "\n", encoding="utf-8")

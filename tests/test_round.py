@@ -15,10 +15,10 @@ from backthink.records import ModelMessage
 from backthink.round.thinker import Thinker
 from backthink.testing import (
     FakeClock,
-    MemoryMessageStore,
-    MemoryRoundStore,
     ScriptedModel,
     StaticState,
+    VolatileMessageStore,
+    VolatileRoundStore,
     make_rig,
     seed_history,
 )
@@ -39,7 +39,7 @@ def settings(**gate: object) -> Settings:
     )
 
 
-class BrokenStore(MemoryMessageStore):
+class BrokenStore(VolatileMessageStore):
     """A message store whose history reads fail."""
 
     async def session_view(
@@ -51,10 +51,10 @@ class BrokenStore(MemoryMessageStore):
 def make(
     model: ScriptedModel | None,
     *,
-    store: MemoryMessageStore | None = None,
+    store: VolatileMessageStore | None = None,
     state: RoundState | None = None,
     s: Settings | None = None,
-) -> tuple[Thinker, MemoryRoundStore]:
+) -> tuple[Thinker, VolatileRoundStore]:
     rig = make_rig(
         s or settings(),
         model=model,
@@ -66,13 +66,13 @@ def make(
     return rig.thinker, rig.rounds
 
 
-async def seed(store: MemoryMessageStore, items: Sequence[tuple[str, str, str | None]]) -> None:
+async def seed(store: VolatileMessageStore, items: Sequence[tuple[str, str, str | None]]) -> None:
     await seed_history(store, items, start=T0 - timedelta(minutes=60))
 
 
 async def test_request_order_and_placement() -> None:
     """Persona first, then role context and history, then the prompt with state at its end."""
-    store = MemoryMessageStore()
+    store = VolatileMessageStore()
     await seed(store, [("user", "早", None), ("assistant", "早上好", "aglaea")])
     model = ScriptedModel("[我决定:no_push]")
     state = RoundState(updated_at=T0, availability=Availability.AVAILABLE)
@@ -95,7 +95,7 @@ async def test_request_order_and_placement() -> None:
 
 async def test_recent_window_is_limited() -> None:
     """Only the last prompt.recent_messages messages are sent, oldest first."""
-    store = MemoryMessageStore()
+    store = VolatileMessageStore()
     await seed(store, [("user", f"m{i}", None) for i in range(30)])
     model = ScriptedModel("[我决定:no_push]")
     thinker, _ = make(model, store=store)

@@ -26,10 +26,10 @@ from backthink.records import RoundRecord, ToolUse
 from backthink.store import (
     BUSY_TIMEOUT_MS,
     Database,
-    MemoryMessageStore,
-    MemoryRoundStore,
     SqlMessageStore,
     SqlRoundStore,
+    VolatileMessageStore,
+    VolatileRoundStore,
     create_engine,
     migrate,
     open_store,
@@ -44,8 +44,8 @@ T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 PLUS_8 = timezone(timedelta(hours=8))
 PRIVATE = "the private line nobody may log"
 
-AnyMessageStore = SqlMessageStore | MemoryMessageStore
-AnyRoundStore = SqlRoundStore | MemoryRoundStore
+AnyMessageStore = SqlMessageStore | VolatileMessageStore
+AnyRoundStore = SqlRoundStore | VolatileRoundStore
 
 
 def msg(text: str, *, at: datetime = T0, owner: str = "ana", **fields: Any) -> Message:
@@ -101,7 +101,7 @@ def store_url(request: pytest.FixtureRequest, kind: str, db_path: Path) -> str:
 async def messages(request: pytest.FixtureRequest, db_path: Path) -> AsyncIterator[AnyMessageStore]:
     """Each MessageStore implementation, empty: SQLite, in memory, PostgreSQL."""
     if request.param == "memory":
-        yield MemoryMessageStore()
+        yield VolatileMessageStore()
         return
     engine, store, _ = await open_store(store_url(request, request.param, db_path))
     yield store
@@ -112,7 +112,7 @@ async def messages(request: pytest.FixtureRequest, db_path: Path) -> AsyncIterat
 async def rounds(request: pytest.FixtureRequest, db_path: Path) -> AsyncIterator[AnyRoundStore]:
     """Each RoundStore implementation, empty: SQLite, in memory, PostgreSQL."""
     if request.param == "memory":
-        yield MemoryRoundStore()
+        yield VolatileRoundStore()
         return
     engine, _, store = await open_store(store_url(request, request.param, db_path))
     yield store
@@ -284,14 +284,14 @@ async def test_the_outbox_commits_delivery_and_write_back_together(
 ) -> None:
     """commit stores a delivery with its write-back or neither; unrecorded finds unrecorded rows."""
     from backthink.records import Delivery, DeliveryStatus, OutgoingMessage
-    from backthink.store import MemoryOutbox, SqlOutbox
+    from backthink.store import SqlOutbox, VolatileOutbox
 
     if kind != "memory":
         db, messages, rounds = await open_store(store_url(request, kind, db_path))
-        outbox: SqlOutbox | MemoryOutbox = SqlOutbox(db)
+        outbox: SqlOutbox | VolatileOutbox = SqlOutbox(db)
     else:
-        messages, rounds = MemoryMessageStore(), MemoryRoundStore()
-        outbox = MemoryOutbox(messages, rounds)
+        messages, rounds = VolatileMessageStore(), VolatileRoundStore()
+        outbox = VolatileOutbox(messages, rounds)
 
     def delivery(round_id: str, at: datetime = T0) -> Delivery:
         message = OutgoingMessage(

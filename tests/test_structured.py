@@ -45,7 +45,7 @@ from backthink.model.client import OpenAIModelClient
 from backthink.models import MemoryKind, Outcome, Reason, Urgency
 from backthink.records import ModelMessage
 from backthink.round.prompts import PromptBook, render_prompt
-from backthink.testing import FakeClock, MemoryMessageStore, ScriptedModel, make_rig, seed_history
+from backthink.testing import FakeClock, ScriptedModel, VolatileMessageStore, make_rig, seed_history
 
 PROMPTS = Path(__file__).resolve().parent.parent / "backthink/prompts"
 T0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)  # 10:00 in Shanghai
@@ -261,7 +261,7 @@ def json_settings(**model: Any) -> Settings:
 
 async def test_a_json_round_delivers_the_body_keeps_the_thought_and_offers_no_tools() -> None:
     """A json_schema round: no tools offered, the body delivered, the thought kept, never sent."""
-    store = MemoryMessageStore()
+    store = VolatileMessageStore()
     await seed_history(
         store, [("user", "明早十点组会，有点紧张", None)], start=T0 - timedelta(hours=1)
     )
@@ -286,7 +286,7 @@ async def test_a_json_round_delivers_the_body_keeps_the_thought_and_offers_no_to
 
 async def test_a_json_round_still_refuses_an_echo_of_the_owner() -> None:
     """The echo guard applies to a JSON body exactly as to a footer body."""
-    store = MemoryMessageStore()
+    store = VolatileMessageStore()
     said = "明天早上八点提醒我去医院复查"
     await seed_history(store, [("user", said, None)], start=T0 - timedelta(hours=1))
     model = ScriptedModel(obj(body=said))

@@ -16,7 +16,7 @@ from backthink.config import Settings
 from backthink.model.body import IMAGE_PLACEHOLDER
 from backthink.model.client import OpenAIModelClient
 from backthink.models import Message, Outcome
-from backthink.testing import FakeClock, MemoryMessageStore, Rig, make_rig
+from backthink.testing import FakeClock, Rig, VolatileMessageStore, make_rig
 
 PROMPTS = Path(__file__).resolve().parent.parent / "backthink/prompts"
 T0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
@@ -64,7 +64,7 @@ async def make(fake: FakeOpenAI) -> AsyncIterator[Make]:
         )
         client = OpenAIModelClient(settings.model)
         clients.append(client)
-        store = MemoryMessageStore()
+        store = VolatileMessageStore()
         return make_rig(settings, model=client, messages=store, clock=FakeClock(T0))
 
     yield build

@@ -28,7 +28,7 @@ from backthink.host.status import Status
 from backthink.models import Memory, MemoryKind, Message, Outcome, Reason
 from backthink.ports import MessageStore, RoundStore
 from backthink.records import RoundRecord
-from backthink.store import MemoryMessageStore, MemoryRoundStore, open_store
+from backthink.store import VolatileMessageStore, VolatileRoundStore, open_store
 from backthink.testing import FakeClock, RecordingChannel, ScriptedModel
 from backthink.web import build_asgi
 from backthink.web.day import day_bounds, lay_out
@@ -143,7 +143,7 @@ def test_day_is_the_owners_local_day_even_when_it_has_25_hours() -> None:
 
 async def _stores(kind: str, tmp_path: Path) -> tuple[MessageStore, RoundStore, Any]:
     if kind == "memory":
-        return MemoryMessageStore(), MemoryRoundStore(), None
+        return VolatileMessageStore(), VolatileRoundStore(), None
     db, messages, rounds = await open_store(f"sqlite+aiosqlite:///{tmp_path / 'bt.db'}")
     return messages, rounds, db
 

@@ -31,7 +31,7 @@ from backthink.models import Message, Outcome, StateProblem, StateReading
 from backthink.ports import Channel, ModelClient
 from backthink.records import RoundRecord
 from backthink.round.state import parse_state
-from backthink.store import MemoryMessageStore, MemoryOutbox, MemoryRoundStore
+from backthink.store import VolatileMessageStore, VolatileOutbox, VolatileRoundStore
 from backthink.testing import FakeClock, RecordingChannel, no_sleep
 
 # The channel a scenario set runs with when the configuration names none.
@@ -230,8 +230,8 @@ class Session:
     ) -> None:
         self.fitted = eval_settings(settings, first)
         self.owner_id = owner_id
-        self.messages = MemoryMessageStore()
-        self.rounds = MemoryRoundStore()
+        self.messages = VolatileMessageStore()
+        self.rounds = VolatileRoundStore()
         self.clock = FakeClock(first.at.astimezone(UTC))
         self.state = ScenarioState(self.fitted)
         senders: dict[str, Channel] = {
@@ -243,7 +243,7 @@ class Session:
             self.fitted,
             messages=self.messages,
             rounds=self.rounds,
-            outbox=MemoryOutbox(self.messages, self.rounds),
+            outbox=VolatileOutbox(self.messages, self.rounds),
             model=model,
             clock=self.clock,
             state=self.state,

@@ -41,10 +41,10 @@ from backthink.round.spill import Spill
 from backthink.round.state import FileStateProvider
 from backthink.round.thinker import Thinker
 from backthink.store import (
-    MemoryMemoryStore,
-    MemoryMessageStore,
-    MemoryOutbox,
-    MemoryRoundStore,
+    VolatileMemoryStore,
+    VolatileMessageStore,
+    VolatileOutbox,
+    VolatileRoundStore,
 )
 from backthink.tools import Tool
 from backthink.tools.offer import ToolOffer
@@ -177,13 +177,14 @@ def build_app(
     """
     clock = clock or SystemClock()
     if messages is None or rounds is None or outbox is None:
-        memory = MemoryMessageStore()
-        memory_rounds = MemoryRoundStore()
+        memory = VolatileMessageStore()
+        memory_rounds = VolatileRoundStore()
         messages = messages or memory
         rounds = rounds or memory_rounds
-        outbox = outbox or MemoryOutbox(memory, memory_rounds)
+        outbox = outbox or VolatileOutbox(memory, memory_rounds)
     if memories is None:
-        memories = MemoryMemoryStore(messages if isinstance(messages, MemoryMessageStore) else None)
+        shared = messages if isinstance(messages, VolatileMessageStore) else None
+        memories = VolatileMemoryStore(shared)
     if isinstance(model, _FromSettings):
         model = model_from_settings(settings, marks=rounds, clock=clock)
     senders = dict(channels) if channels is not None else build_channels(settings.channels)

@@ -23,21 +23,16 @@ from backthink.store.rounds import SqlRoundStore
 from backthink.store.session import SqlSession
 from backthink.store.tokens import SqlTokenStore
 from backthink.store.volatile import (
-    MemoryMessageStore,
-    MemoryOutbox,
-    MemoryOwnerStore,
-    MemoryRoundStore,
+    VolatileMessageStore,
+    VolatileOutbox,
+    VolatileOwnerStore,
+    VolatileRoundStore,
 )
-from backthink.store.volatile_memories import MemoryMemoryStore
+from backthink.store.volatile_memories import VolatileMemoryStore
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
     "Database",
-    "MemoryMemoryStore",
-    "MemoryMessageStore",
-    "MemoryOutbox",
-    "MemoryOwnerStore",
-    "MemoryRoundStore",
     "SqlMemoryStore",
     "SqlMessageStore",
     "SqlOutbox",
@@ -46,6 +41,11 @@ __all__ = [
     "SqlSession",
     "SqlStores",
     "SqlTokenStore",
+    "VolatileMemoryStore",
+    "VolatileMessageStore",
+    "VolatileOutbox",
+    "VolatileOwnerStore",
+    "VolatileRoundStore",
     "create_engine",
     "migrate",
     "open_database",

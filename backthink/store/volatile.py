@@ -43,7 +43,7 @@ def _order(message: Message) -> tuple[datetime, int]:
     return (message.created_at, message.id or 0)
 
 
-class MemoryMessageStore:
+class VolatileMessageStore:
     """A MessageStore in per-session lists kept in (created_at, id) order.
 
     Ids count up from the highest id stored so far, as SQLite's rowids do, so
@@ -167,7 +167,7 @@ class MemoryMessageStore:
         )
 
 
-class MemoryRoundStore:
+class VolatileRoundStore:
     """A RoundStore in a dict keyed by round id."""
 
     def __init__(self) -> None:
@@ -235,10 +235,10 @@ class MemoryRoundStore:
         return max(found, key=lambda record: (record.started_at, record.id), default=None)
 
 
-class MemoryOutbox:
-    """An outbox in a dict, writing back into a MemoryMessageStore atomically."""
+class VolatileOutbox:
+    """An outbox in a dict, writing back into a VolatileMessageStore atomically."""
 
-    def __init__(self, messages: MemoryMessageStore, rounds: MemoryRoundStore) -> None:
+    def __init__(self, messages: VolatileMessageStore, rounds: VolatileRoundStore) -> None:
         """Write back into `messages`; records of completed deliveries go to `rounds`."""
         self._messages = messages
         self._rounds = rounds
@@ -322,7 +322,7 @@ class MemoryOutbox:
         )
 
 
-class MemoryOwnerStore:
+class VolatileOwnerStore:
     """An OwnerStore in a dict keyed by owner id."""
 
     def __init__(self) -> None:

@@ -1,4 +1,4 @@
-"""MemoryMemoryStore: long-term memories in a dict, with the same recall as the SQL stores.
+"""VolatileMemoryStore: long-term memories in a dict, with the same recall as the SQL stores.
 
 Search and recall scan where the SQL stores read their indexes, and match
 as those indexes would, so tests and benchmarks see the same terms, gates
@@ -18,17 +18,17 @@ from backthink.memory import recall
 from backthink.memory.recall import Candidate
 from backthink.models import MAIN_SESSION, Memory, MemoryKind, Message, Recalled
 from backthink.store.failures import describe
-from backthink.store.volatile import MemoryMessageStore, check_limit
+from backthink.store.volatile import VolatileMessageStore, check_limit
 
 
-class MemoryMemoryStore:
+class VolatileMemoryStore:
     """A MemoryStore in a dict; search and recall scan, as the indexes would match.
 
     Recall reads older messages from `messages`, the in-memory message store
     of the same app (None: memories only).
     """
 
-    def __init__(self, messages: MemoryMessageStore | None = None) -> None:
+    def __init__(self, messages: VolatileMessageStore | None = None) -> None:
         """Start empty."""
         self._messages = messages
         self._rows: dict[int, Memory] = {}
