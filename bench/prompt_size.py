@@ -257,7 +257,13 @@ async def _two_heartbeats(base_url: str, work: Path, *, memory: bool) -> list[in
     state = work / "state.json"
     write_state_file(state, at=T0 - timedelta(minutes=10))
     settings = Settings.model_validate(
-        settings_doc(base_url=base_url, db=work / "unused.db", state=state)
+        settings_doc(
+            base_url=base_url,
+            db=work / "unused.db",
+            state=state,
+            # Two heartbeats with nothing new between them: the second must still ask.
+            schedule={"skip_unchanged": False},
+        )
     )
     clock = FakeClock(T0)
     messages = VolatileMessageStore()
