@@ -574,3 +574,21 @@ async def test_a_memory_added_after_a_recall_is_recalled_next(stores: Stores) ->
         ("message", "钢琴比赛准备得怎样"),
         ("memory", ZH_FACT),
     }
+
+
+async def test_a_neighbour_sharing_only_a_stock_phrase_stays_away(stores: Stores) -> None:
+    """A recalled fact's neighbour that shares only a stock phrase with it is not recalled."""
+    await stores.history([f"{t} lol" for t in filler(100)], start=T0 - timedelta(days=9))
+    await stores.history(
+        [
+            "lol the Okavango canoe trip is booked for August",
+            "lol the bus was late again",
+            "I finished reading that novel about sailors",
+        ],
+        start=T0 - timedelta(days=8),
+    )
+    await stores.history(filler(100), start=T0 - timedelta(days=7))
+    window = await stores.history(["下午有点困", "so excited, Okavango by canoe"], start=T0)
+    found = [r.text for r in await stores.memories.recall("ana", window, limit=5, max_chars=1200)]
+    assert found[0] == "lol the Okavango canoe trip is booked for August"
+    assert "lol the bus was late again" not in found

@@ -34,7 +34,7 @@ keeps only strong, new matches:
 4. The message just before and just after each of the `NEIGHBOURS` best
    matched messages comes along as its context (`with_neighbours`): the
    answer a recalled question got, or a message on the same subject (it
-   shares a term with the match).
+   shares a term with the match, and no stock phrase: `stock`).
 5. What repeats the window, or an item already kept, is dropped (trigram
    Jaccard similarity); the rest fills `max_chars`, best first.
 
@@ -278,7 +278,9 @@ def anchors(scored: Sequence[Scored], k: int = NEIGHBOURS) -> list[int]:
 
 
 def with_neighbours(
-    scored: Sequence[Scored], neighbours: Mapping[int, Sequence[Candidate]]
+    scored: Sequence[Scored],
+    neighbours: Mapping[int, Sequence[Candidate]],
+    stock: Collection[str] = (),
 ) -> list[Scored]:
     """The scored candidates and the neighbours of their best messages, the best first.
 
@@ -288,12 +290,13 @@ def with_neighbours(
     `NEIGHBOUR_SHARE` of its match's score (or its own, if higher), without
     passing the gate themselves: they are recalled as that match's context.
     The one after a question is its answer; any other shares a term with
-    the match (it is on the same subject), so an everyday line beside a
-    fact stays away.
+    the match that is not `stock` (on the same subject), so an everyday
+    line beside a fact stays away, though it says the same stock phrase.
 
     Args:
         scored: `rank`'s list.
         neighbours: per anchor message id, the messages beside it.
+        stock: `shared`'s terms too common to tell a subject (`stock`).
     """
     best = {(c.kind, c.id): (score, c) for score, c in scored}
     for score, candidate in scored:
@@ -301,12 +304,33 @@ def with_neighbours(
             continue
         for near in neighbours.get(candidate.id, ()):
             answers = _asks(candidate.text) and _order(near) > _order(candidate)
-            if not answers and not set(cached_terms(near.text)) & set(cached_terms(candidate.text)):
+            if not answers and not _shared(candidate, near) - set(stock):
                 continue
             share = score * NEIGHBOUR_SHARE
             if best.get((near.kind, near.id), (0.0, near))[0] < share:
                 best[(near.kind, near.id)] = (share, near)
     return sorted(best.values(), key=_best_first)
+
+
+def shared(scored: Sequence[Scored], neighbours: Mapping[int, Sequence[Candidate]]) -> set[str]:
+    """The terms the best messages share with their neighbours: the ones `stock` is asked about."""
+    return {
+        term
+        for _, candidate in scored
+        if candidate.kind == "message"
+        for near in neighbours.get(candidate.id, ())
+        for term in _shared(candidate, near)
+    }
+
+
+def stock(df: Mapping[str, int], documents: int) -> frozenset[str]:
+    """The terms in more than `df_cap` documents (the window's too): stock phrases, common words."""
+    cap = df_cap(documents)
+    return frozenset(term for term, count in df.items() if count > cap)
+
+
+def _shared(candidate: Candidate, near: Candidate) -> frozenset[str]:
+    return frozenset(cached_terms(near.text)) & frozenset(cached_terms(candidate.text))
 
 
 def _order(candidate: Candidate) -> tuple[datetime, int]:

@@ -258,5 +258,10 @@ class PgRecall:
         scored = recall.rank(found, queried, window, specific=recall.rare(df, documents))
         if before is not None:
             near = neighbours(conn, recall.anchors(scored), before=before)
-            scored = recall.with_neighbours(scored, near)
+            shared = recall.shared(scored, near)
+            on_memories = memory_counts.read(conn, shared)
+            df_shared = {t: on_memories[t] for t in shared}
+            on_messages = message_counts.read(conn, shared)
+            df_shared = {t: df_shared[t] + on_messages[t] for t in shared}
+            scored = recall.with_neighbours(scored, near, recall.stock(df_shared, documents))
         return recall.fill(scored, window, limit=limit, max_chars=max_chars)

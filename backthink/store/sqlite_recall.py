@@ -168,6 +168,14 @@ class Result:
         return now["memory"] == self.memories and now["message"] == self.messages
 
 
+def _counted(conn: Connection, counts: dict[str, Counts], terms: Collection[str]) -> dict[str, int]:
+    """Each term's document count among memories and messages, the window's included."""
+    on_memories = counts["memory"].read(conn, terms)
+    df = {t: on_memories[t] for t in terms}
+    on_messages = counts["message"].read(conn, terms)
+    return {t: df[t] + on_messages[t] for t in terms}
+
+
 def recall_once(
     conn: Connection,
     counts: dict[str, Counts],
@@ -236,7 +244,8 @@ def recall_once(
     scored = recall.rank(found, queried, window, specific=recall.rare(df, documents))
     if before is not None:
         near = neighbours(conn, recall.anchors(scored), before=before)
-        scored = recall.with_neighbours(scored, near)
+        stock = recall.stock(_counted(conn, counts, recall.shared(scored, near)), documents)
+        scored = recall.with_neighbours(scored, near, stock)
         found += [c for side in near.values() for c in side]
     items = recall.fill(scored, window, limit=limit, max_chars=max_chars)
     texts = {(c.kind, c.id): c.text for c in found}

@@ -144,7 +144,10 @@ class VolatileMemoryStore:
         scored = recall.rank(found, weights, window, specific=recall.rare(df, documents))
         if before is not None:
             near = self._neighbours(owner_id, recall.anchors(scored), before)
-            scored = recall.with_neighbours(scored, near)
+            shared = recall.shared(scored, near)
+            texts = [m.text for m in self._rows.values()] + [m.text for m in every_message]
+            counted = {t: sum(recall.indexed(x, t) for x in texts) for t in shared}
+            scored = recall.with_neighbours(scored, near, recall.stock(counted, documents))
         return recall.fill(scored, window, limit=limit, max_chars=max_chars)
 
     def _neighbours(
