@@ -295,11 +295,10 @@ class WorkerSettings(_Section):
     # rounds one worker runs at once; most of a round is waiting for the model
     concurrency: int = Field(default=32, ge=1, le=10_000)
 
-class WebSettings(_Section):
-    """The daemon's own page: off unless `listen` names an address."""
+class _Listener(_Section):
+    """A door of the daemon: off unless `listen` names a host:port."""
 
     listen: str = ""
-    token: SecretStr | None = None
 
     @field_validator("listen")
     @classmethod
@@ -311,8 +310,13 @@ class WebSettings(_Section):
 
     @property
     def address(self) -> tuple[str, int] | None:
-        """The (host, port) to listen on, or None when the page is off."""
+        """The (host, port) to listen on, or None when the door is off."""
         return split_listen(self.listen) if self.listen else None
+
+class WebSettings(_Listener):
+    """The daemon's own page: off unless `listen` names an address."""
+
+    token: SecretStr | None = None
 
     @property
     def secret(self) -> str | None:
@@ -333,27 +337,13 @@ class WebSettings(_Section):
                 "(anyone who can reach the address could read and pause the companion)"
             )
 
-class ApiSettings(_Section):
+class ApiSettings(_Listener):
     """The HTTP API for chat apps and the relay: off unless `listen` names an address."""
 
-    listen: str = ""
     # A client that read the session this recently counts as present: the session
     # channel (type web) is connected while one is, or while an event stream is open.
     seen_window: Duration = timedelta(minutes=10)
     max_body_bytes: int = Field(default=1_048_576, ge=1024, le=1_073_741_824)
-
-    @field_validator("listen")
-    @classmethod
-    def _host_port(cls, value: str) -> str:
-        value = value.strip()
-        if value:
-            split_listen(value)
-        return value
-
-    @property
-    def address(self) -> tuple[str, int] | None:
-        """The (host, port) to listen on, or None when the API is off."""
-        return split_listen(self.listen) if self.listen else None
 
     @property
     def loopback(self) -> bool:

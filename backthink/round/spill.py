@@ -151,20 +151,7 @@ class Spill:
             if not claimed.exists():
                 return written
         lines = claimed.read_text(encoding="utf-8").splitlines()
-        for i, line in enumerate(lines):
-            try:
-                record = RoundRecord.model_validate_json(line)
-            except ValidationError:
-                log.error("round.spill_unreadable", line=i + 1)
-                continue
-            try:
-                if await rounds.get(record.id) is None:
-                    await rounds.save(record)
-                    written += 1
-            except StoreError:
-                for rest in lines[i:]:
-                    self._put_back(rest)
-                break
+        written += await self._write_in(lines, rounds, unreadable="round.spill_unreadable")
         claimed.unlink()
         if written:
             log.info("round.spill_written", count=written)
@@ -189,12 +176,23 @@ class Spill:
             reserve.flush()
             os.fsync(reserve.fileno())
         lines = held[:end].decode("utf-8", "replace").splitlines()
+        written = await self._write_in(lines, rounds, unreadable="round.reserve_unreadable")
+        if written:
+            log.info("round.reserve_written", count=written)
+        return written
+
+    async def _write_in(self, lines: list[str], rounds: RoundStore, *, unreadable: str) -> int:
+        """Save the records of `lines` the round log lacks; how many were written.
+
+        A line that is no record is logged (`unreadable`, its number) and passed
+        over; when the database refuses one, it and the rest go back to the spill.
+        """
         written = 0
         for i, line in enumerate(lines):
             try:
                 record = RoundRecord.model_validate_json(line)
             except ValidationError:
-                log.error("round.reserve_unreadable", line=i + 1)
+                log.error(unreadable, line=i + 1)
                 continue
             try:
                 if await rounds.get(record.id) is None:
@@ -204,8 +202,6 @@ class Spill:
                 for rest in lines[i:]:
                     self._put_back(rest)
                 break
-        if written:
-            log.info("round.reserve_written", count=written)
         return written
 
     def _adopt_orphans(self, claimed: Path) -> None:
