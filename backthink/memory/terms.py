@@ -18,11 +18,11 @@ from functools import lru_cache
 
 MIN_WORD_CHARS = 3
 """A latin word shorter than this is no term (the trigram index finds nothing shorter)."""
-MEMO_TEXTS = 1024
-"""Texts whose terms and shingles are memoised: a few rounds' windows and candidates.
+MEMO_TEXTS = 256
+"""Texts whose terms and shingles are memoised: a round's window and candidates.
 
-Bounded for the daemon's memory: a text's shingles take some 7 KiB, so the two
-memos hold at most about 7 MiB."""
+Bounded for the daemon's memory: a text's terms and shingles take some 7 KiB,
+so the two memos hold at most about 2 MiB."""
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 CJK_RUN = re.compile(f"[{_CJK}]+")
