@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from backthink.decision import tags
 from backthink.decision.echo import reject_echo
-from backthink.decision.footer import parse_footer, without_trailing_fence
+from backthink.decision.footer import parse_footer, without_fences, without_trailing_fence
 from backthink.decision.inert import defuse, inert
 from backthink.decision.reasoning import fold_thought, split_thinking
 from backthink.decision.reply import read_reply
@@ -235,3 +235,23 @@ def test_readers_of_outside_text_take_linear_time(name: str, text: str) -> None:
 def test_the_message_that_stalled_rounds_reads_at_ordinary_pace(name: str) -> None:
     """`[`, 60 spaces, `:`, 139 spaces, `。`: once 9-17 s inside every round, now ordinary."""
     _check_linear(name, "[" + " " * 60 + ":" + " " * 139 + "。")
+
+
+@pytest.mark.parametrize("name", list(READERS))
+def test_a_fence_line_of_spaces_reads_at_ordinary_pace(name: str) -> None:
+    """Three backticks, a long run of spaces, no end to the line: once quadratic, now ordinary."""
+    _check_linear(name, "```" + " " * 9_000 + "【")
+
+
+_FORMER_FENCE_LINE = re.compile(r"^[^\S\n]*(?:`{3,}|~{3,})[^\S\n]*[\w+#.-]*[^\S\n]*$", re.MULTILINE)
+
+
+@given(
+    text=st.lists(
+        st.sampled_from(["`", "~", " ", "\t", "\r", "\n", "a", "json", "-", "#", "【", "x y"]),
+        max_size=14,
+    ).map("".join)
+)
+def test_fence_lines_go_as_the_former_pattern_took_them(text: str) -> None:
+    """The hand reading of fence lines empties exactly the lines the former pattern did."""
+    assert without_fences(text) == _FORMER_FENCE_LINE.sub("", text).split("\n")

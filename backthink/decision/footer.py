@@ -32,7 +32,7 @@ from backthink.protocol import AUTO_CHANNEL, NO_PUSH, PUSH, URGENCY_VALUES
 
 _NO_PUSH_SPELLINGS: Final = frozenset({NO_PUSH, "no-push", "nopush", "no push"})
 _BODY_LEAD = re.compile(r"[\s*_,，、;；:：|`>—–-]*")
-_FENCE_LINE = re.compile(r"^[^\S\n]*(?:`{3,}|~{3,})[^\S\n]*[\w+#.-]*[^\S\n]*$", re.MULTILINE)
+_FENCE_INFO = re.compile(r"[\w+#.-]*")
 FENCE_MARKS = "`~"
 _CHANNEL_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,31}")
 
@@ -51,8 +51,22 @@ class Footer:
 
 
 def without_fences(visible: str) -> list[str]:
-    """The visible lines of a reply, the lines of a code fence around it removed."""
-    return _FENCE_LINE.sub("", visible).split("\n")
+    """The visible lines of a reply, the lines of a code fence around it emptied."""
+    return ["" if fence_line(line) else line for line in visible.split("\n")]
+
+
+def fence_line(line: str) -> bool:
+    """Whether a line opens or closes a code fence: three or more backticks (or tildes)
+    and at most an info string such as `json`, spaces around them.
+
+    Read by hand, not by one pattern: spaces on both sides of an optional info
+    string would have a pattern try every split of a long run of spaces.
+    """
+    bare = line.strip()
+    if not bare or bare[0] not in FENCE_MARKS:
+        return False
+    run = len(bare) - len(bare.lstrip(bare[0]))
+    return run >= 3 and _FENCE_INFO.fullmatch(bare[run:].lstrip()) is not None
 
 
 def without_trailing_fence(text: str) -> str:
