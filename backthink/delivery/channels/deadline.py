@@ -2,8 +2,8 @@
 
 Socket timeouts bound each read, so a receiver that sends a byte now and then
 would hold an attempt (and the thread, and the owner's delivery) for ever. A
-`Deadline` is a timer that shuts the attempt's sockets down; the blocked read
-returns at once and the attempt fails as timed out. `deadline_opener` gives a
+`Deadline` shuts the attempt's sockets down when its caller says the time is
+up; the blocked read returns at once and the attempt fails as timed out. `deadline_opener` gives a
 urllib opener whose connections the deadline watches and which follows no
 redirect.
 """
@@ -43,21 +43,16 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 
 
 class Deadline:
-    """The sockets of one attempt, shut down `seconds` after it is entered."""
+    """The sockets of one attempt, shut down when `expire` is called.
 
-    def __init__(self, seconds: float) -> None:
+    The caller keeps the time (the event loop's `call_later`): a timer thread's
+    timed wait reads a clock of its own, which a moved system clock can stall.
+    """
+
+    def __init__(self) -> None:
         self.expired = False
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
-
-    def __enter__(self) -> Deadline:
-        self._timer.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._timer.cancel()
 
     def watch(self, sock: socket.socket) -> socket.socket:
         """Shut `sock` down at the deadline (at once if it already passed)."""
@@ -68,7 +63,8 @@ class Deadline:
             _shut(sock)
         return sock
 
-    def _expire(self) -> None:
+    def expire(self) -> None:
+        """The time is up: shut every watched socket down, and any watched from now on."""
         with self._lock:
             self.expired = True
             sockets = list(self._sockets)

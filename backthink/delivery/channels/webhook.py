@@ -203,30 +203,35 @@ class WebhookChannel:
                 the message.
         """
         body = encode_body(message)
+        deadline = Deadline()
+        # The event loop keeps the attempt's deadline, which ends the thread's work
+        # by shutting its sockets; the timeout below frees the delivery even where
+        # nothing can interrupt the thread (a host name lookup).
+        expiry = asyncio.get_running_loop().call_later(self._timeout_s, deadline.expire)
         try:
-            # The attempt's own deadline ends the thread's work; this one frees the
-            # delivery even where nothing can interrupt it (a host name lookup).
             async with asyncio.timeout(self._timeout_s + THREAD_GRACE_S):
-                await asyncio.to_thread(self._post, body, self.headers_for(message, body))
+                await asyncio.to_thread(
+                    self._post, body, self.headers_for(message, body), deadline
+                )
         except TimeoutError:
             raise self._timed_out() from None
+        finally:
+            expiry.cancel()
 
     def _timed_out(self) -> DeliveryError:
         return network_error(
             self.name, TimeoutError(), timeout_s=self._timeout_s, target=self.target
         )
 
-    def _post(self, body: bytes, headers: dict[str, str]) -> None:
+    def _post(self, body: bytes, headers: dict[str, str], deadline: Deadline) -> None:
         request = urllib.request.Request(self._url, data=body, headers=headers, method="POST")
-        with Deadline(self._timeout_s) as deadline:
-            opener = deadline_opener(deadline)
-            try:
-                self._exchange(opener, request)
-            except DeliveryError:
-                if deadline.expired:
-                    # The sockets were shut under the read: what broke was the deadline.
-                    raise self._timed_out() from None
-                raise
+        try:
+            self._exchange(deadline_opener(deadline), request)
+        except DeliveryError:
+            if deadline.expired:
+                # The sockets were shut under the read: what broke was the deadline.
+                raise self._timed_out() from None
+            raise
 
     def _exchange(
         self, opener: urllib.request.OpenerDirector, request: urllib.request.Request
