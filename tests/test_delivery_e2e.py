@@ -36,7 +36,7 @@ type = "webhook"
 url = "{receiver.url_for("/hook")}"
 secret = "{SECRET}"
 timeout_s = 5
-{extra}"""
+{extra}""",
     )
     workdir.cli(
         "messages", "add", "--role", "user", "--text", "明天组会", "--channel", "phone",

@@ -58,7 +58,6 @@ def kept_thought(reply: str, max_chars: int) -> str:
     return read_reply(reply, output="json_schema", max_body_chars=600).journal_thought(max_chars)
 
 
-
 def obj(**fields: Any) -> str:
     """A reply object with every field, overridden by `fields` (None drops one)."""
     base: dict[str, Any] = {

@@ -174,19 +174,35 @@ async def test_a_new_journal_thought_asks_again() -> None:
     ("first", "second", "zone", "same"),
     [
         # Shanghai: 05:40 is night, 06:10 morning.
-        (datetime(2026, 11, 29, 21, 40, tzinfo=UTC), datetime(2026, 11, 29, 22, 10, tzinfo=UTC),
-         "Asia/Shanghai", False),
+        (
+            datetime(2026, 11, 29, 21, 40, tzinfo=UTC),
+            datetime(2026, 11, 29, 22, 10, tzinfo=UTC),
+            "Asia/Shanghai",
+            False,
+        ),
         # Shanghai: 13:10 and 13:40, one afternoon.
-        (datetime(2026, 11, 30, 5, 10, tzinfo=UTC), datetime(2026, 11, 30, 5, 40, tzinfo=UTC),
-         "Asia/Shanghai", True),
+        (
+            datetime(2026, 11, 30, 5, 10, tzinfo=UTC),
+            datetime(2026, 11, 30, 5, 40, tzinfo=UTC),
+            "Asia/Shanghai",
+            True,
+        ),
         # New York, the day clocks go forward: 05:40 EDT is night, 06:10 EDT morning
         # (on standard time's offset both would still be night).
-        (datetime(2026, 3, 8, 9, 40, tzinfo=UTC), datetime(2026, 3, 8, 10, 10, tzinfo=UTC),
-         "America/New_York", False),
+        (
+            datetime(2026, 3, 8, 9, 40, tzinfo=UTC),
+            datetime(2026, 3, 8, 10, 10, tzinfo=UTC),
+            "America/New_York",
+            False,
+        ),
         # New York, the day clocks go back: 01:40 EDT, then 01:10 EST half an hour later:
         # the same night of the same date, though the wall clock went backwards.
-        (datetime(2026, 11, 1, 5, 40, tzinfo=UTC), datetime(2026, 11, 1, 6, 10, tzinfo=UTC),
-         "America/New_York", True),
+        (
+            datetime(2026, 11, 1, 5, 40, tzinfo=UTC),
+            datetime(2026, 11, 1, 6, 10, tzinfo=UTC),
+            "America/New_York",
+            True,
+        ),
     ],
 )
 async def test_the_part_of_the_day_is_the_owners_local_one(
@@ -264,8 +280,16 @@ async def test_skipping_can_be_turned_off() -> None:
 
 @pytest.mark.parametrize(
     ("hour", "part"),
-    [(0, "night"), (5, "night"), (6, "morning"), (11, "morning"), (12, "afternoon"),
-     (17, "afternoon"), (18, "evening"), (23, "evening")],
+    [
+        (0, "night"),
+        (5, "night"),
+        (6, "morning"),
+        (11, "morning"),
+        (12, "afternoon"),
+        (17, "afternoon"),
+        (18, "evening"),
+        (23, "evening"),
+    ],
 )
 def test_parts_of_the_day(hour: int, part: str) -> None:
     """night 0-6, morning 6-12, afternoon 12-18, evening 18-24."""

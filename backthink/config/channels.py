@@ -16,6 +16,7 @@ class WebChannelSettings(_Section):
 
     type: Literal["web"] = "web"
 
+
 class WebhookChannelSettings(_Section):
     """A JSON POST to a URL, signed with HMAC-SHA256 when a secret is set."""
 
@@ -31,16 +32,19 @@ class WebhookChannelSettings(_Section):
             raise ValueError(f"{redact_url(value)!r} is not an http(s) URL")
         return value
 
+
 class AppriseChannelSettings(_Section):
     """Any apprise URL (tgram://, discord://, ntfy://, mailto://, ...); it holds tokens."""
 
     type: Literal["apprise"]
     url: SecretStr
 
+
 ChannelSettings = Annotated[
     WebChannelSettings | WebhookChannelSettings | AppriseChannelSettings,
     Field(discriminator="type"),
 ]
+
 
 def _default_channels() -> dict[str, ChannelSettings]:
     return {"web": WebChannelSettings()}

@@ -28,9 +28,11 @@ from backthink.errors import ConfigError
 
 CONFIG_ENV = "BACKTHINK_CONFIG"
 
+
 def resolve_config_path(path: Path | None, env: Mapping[str, str]) -> Path | None:
     """Pick the config file (absolute): explicit path, $BACKTHINK_CONFIG, then the search order."""
     return paths.find_config(path, env, system=paths.SYSTEM_CONFIG)
+
 
 def load_settings(path: Path | None = None) -> Settings:
     """Load, merge and validate the configuration (the file, then the process environment).
@@ -86,6 +88,7 @@ def load_settings(path: Path | None = None) -> Settings:
                 raise ConfigError(f"{where}: {exc}") from None
     return settings
 
+
 def _read_env_file(path: Path) -> dict[str, str]:
     try:
         return paths.read_env_file(path)
@@ -99,6 +102,7 @@ def _read_env_file(path: Path) -> dict[str, str]:
         )
         return {}
 
+
 def _place_data(data: dict[str, Any], folder: Path) -> None:
     """Put the database, the state file and the socket in `folder` unless the file places them."""
     defaults = {
@@ -110,6 +114,7 @@ def _place_data(data: dict[str, Any], folder: Path) -> None:
         table = data.setdefault(section, {})
         if isinstance(table, dict):
             table.setdefault(key, value)
+
 
 def _apply_env_file(
     data: dict[str, Any], file_env: Mapping[str, str], env: Mapping[str, str]
@@ -134,6 +139,7 @@ def _apply_env_file(
             table[keys[-1]] = _env_value(file_env[name])
     return applied
 
+
 def _env_value(text: str) -> Any:
     # As for the environment, a list or a table is written as JSON.
     if text.startswith(("[", "{")):
@@ -142,6 +148,7 @@ def _env_value(text: str) -> Any:
         except ValueError:
             pass
     return text
+
 
 def _env_overrides(env: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
     """Map each `BACKTHINK_<SECTION>[__<KEY>...]` variable to the config path it sets.
@@ -167,6 +174,7 @@ def _env_overrides(env: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
             raise ConfigError(f"environment {name}: unknown section {path[0]}")
     return overrides
 
+
 def _comes_from(path: tuple[str, ...], loc: tuple[str, ...]) -> bool:
     """Whether an error at `loc` lies under the config path an environment variable sets.
 
@@ -177,6 +185,7 @@ def _comes_from(path: tuple[str, ...], loc: tuple[str, ...]) -> bool:
         return False
     rest = iter(loc)
     return all(part in rest for part in path)
+
 
 def _first_problem(exc: ValidationError) -> tuple[tuple[str, ...], str]:
     """Return the first validation error's location and its rendering as `key.path: message`."""

@@ -22,6 +22,7 @@ from backthink.redact import redact_url
 class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+
 class OwnerSettings(_Section):
     """Who the companion serves."""
 
@@ -38,6 +39,7 @@ class OwnerSettings(_Section):
     def tz(self) -> ZoneInfo:
         """The owner's time zone."""
         return ZoneInfo(self.timezone)
+
 
 class OwnerEntry(_Section):
     """One `[owners.ID]` section: an owner and what differs from the global settings.
@@ -61,6 +63,7 @@ class OwnerEntry(_Section):
     def _known_zone(cls, value: str) -> str:
         return known_zone(value)
 
+
 class PersonaSettings(_Section):
     """The persona that thinks and speaks."""
 
@@ -73,6 +76,7 @@ class PersonaSettings(_Section):
     @classmethod
     def _empty_is_shipped(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
+
 
 class ModelSettings(_Section):
     """The OpenAI-compatible endpoint used for the one model round."""
@@ -100,6 +104,7 @@ class ModelSettings(_Section):
         if not re.match(r"https?://[^/\s]+", value):
             raise ValueError(f"{redact_url(value)!r} is not an http(s) URL")
         return value.strip()
+
 
 class DatabaseSettings(_Section):
     """Where messages and rounds live."""
@@ -132,6 +137,7 @@ class DatabaseSettings(_Section):
         except ArgumentError:
             return None
         return None if path is None else path.with_name(path.name + ".spill.jsonl")
+
 
 class ScheduleSettings(_Section):
     """When the daemon thinks."""
@@ -166,6 +172,7 @@ class ScheduleSettings(_Section):
             raise ValueError("must be longer than zero")
         return value
 
+
 class GateSettings(_Section):
     """The push gate: when a decided push may really reach the owner."""
 
@@ -188,6 +195,7 @@ class GateSettings(_Section):
     def _empty_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
 
+
 class PromptSettings(_Section):
     """Prompt language, template folder and context size."""
 
@@ -205,6 +213,7 @@ class PromptSettings(_Section):
     def _empty_is_shipped(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
 
+
 class StateSettings(_Section):
     """Where the owner's current state comes from."""
 
@@ -219,6 +228,7 @@ class StateSettings(_Section):
     def _empty_is_none(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value
 
+
 class MemorySettings(_Section):
     """Long-term memory: the journal of thoughts and recall, and their size in the request."""
 
@@ -231,10 +241,12 @@ class MemorySettings(_Section):
     # characters: a round's thought is cut past this before it is kept
     thought_chars: int = Field(default=400, ge=0, le=100_000)
 
+
 MIN_TOOLS_CHARS = 600
 """The least `tools.max_chars`: room for tool_search itself and a short list of names."""
 
 _SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,23}")
+
 
 class McpServerSettings(_Section):
     """One MCP server whose tools a round may call: a command (stdio) or a URL (streamable HTTP)."""
@@ -256,6 +268,7 @@ class McpServerSettings(_Section):
     def model_post_init(self, context: Any, /) -> None:
         if bool(self.command) == (self.url is not None):
             raise ValueError('give exactly one of command = [...] (stdio) or url = "..."')
+
 
 class ToolsSettings(_Section):
     """Tools a round may call before it writes its footer, and the bounds of that loop."""
@@ -282,6 +295,7 @@ class ToolsSettings(_Section):
                 )
         return value
 
+
 class DaemonSettings(_Section):
     """How the running daemon is reached and stopped."""
 
@@ -289,11 +303,13 @@ class DaemonSettings(_Section):
     drain_timeout: Duration = timedelta(seconds=30)
     max_concurrent_rounds: int = Field(default=64, ge=1, le=10_000)
 
+
 class WorkerSettings(_Section):
     """`backthink worker`: rounds from the queue on PostgreSQL."""
 
     # rounds one worker runs at once; most of a round is waiting for the model
     concurrency: int = Field(default=32, ge=1, le=10_000)
+
 
 class _Listener(_Section):
     """A door of the daemon: off unless `listen` names a host:port."""
@@ -312,6 +328,7 @@ class _Listener(_Section):
     def address(self) -> tuple[str, int] | None:
         """The (host, port) to listen on, or None when the door is off."""
         return split_listen(self.listen) if self.listen else None
+
 
 class WebSettings(_Listener):
     """The daemon's own page: off unless `listen` names an address."""
@@ -336,6 +353,7 @@ class WebSettings(_Listener):
                 f"web.listen {self.listen!r} is not a loopback address: set web.token "
                 "(anyone who can reach the address could read and pause the companion)"
             )
+
 
 class ApiSettings(_Listener):
     """The HTTP API for chat apps and the relay: off unless `listen` names an address."""

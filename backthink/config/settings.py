@@ -29,6 +29,7 @@ from backthink.config.sections import (
 
 _OWNER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,199}")
 
+
 class Settings(BaseSettings):
     """All of backthink's configuration, frozen once loaded."""
 

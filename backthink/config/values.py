@@ -12,6 +12,7 @@ _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
 
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
+
 def parse_duration(value: Any) -> timedelta:
     """Parse "90s", "30m", "2h", "1h30m", "1d" or a number of seconds into a timedelta."""
     if isinstance(value, timedelta):
@@ -33,7 +34,9 @@ def parse_duration(value: Any) -> timedelta:
         raise ValueError(f"{value!r} is not a duration such as '30m', '2h' or '90s'")
     return timedelta(seconds=total)
 
+
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
 
 class QuietHours(BaseModel):
     """A daily range of local wall-clock time, e.g. 23:00-07:00 (may cross midnight)."""
@@ -68,7 +71,9 @@ class QuietHours(BaseModel):
     def __str__(self) -> str:
         return f"{self.start:%H:%M}-{self.end:%H:%M}"
 
+
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+
 
 def split_listen(value: str) -> tuple[str, int]:
     """Split "127.0.0.1:8765" or "[::1]:8765" into host and port.

@@ -167,7 +167,6 @@ def quotes(text: str, others: Iterable[str]) -> bool:
     return False
 
 
-
 def letter_count(text: str) -> int:
     """The number of letters and digits in a text, after normalizing it."""
     return len(_letters(text))

@@ -87,6 +87,7 @@ def all_doors(*openers: OpenDoors) -> OpenDoors:
 
     return open_all
 
+
 GREETING_MARK = "startup_greeting"
 RECORD_GRACE_S = 5.0  # seconds a cut-off round gets to record itself, past the busy timeout
 OWNER_REFRESH = timedelta(minutes=1)  # how soon an owner added, changed or removed is seen

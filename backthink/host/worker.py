@@ -83,5 +83,3 @@ async def serve(settings: Settings) -> int:
                     await worker
     log.info("worker.stopped")
     return 0
-
-

@@ -55,6 +55,7 @@ _REDACTED = "[redacted]"
 
 log = structlog.get_logger("backthink.model_client")
 
+
 class OpenAIModelClient:
     """A ModelClient backed by `openai.AsyncOpenAI`; SDK objects never leave this class.
 
@@ -363,5 +364,3 @@ class OpenAIModelClient:
         if len(text) > DETAIL_MAX_CHARS:
             text = text[: DETAIL_MAX_CHARS - 1] + "…"
         return text
-
-

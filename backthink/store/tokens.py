@@ -66,4 +66,3 @@ class SqlTokenStore:
         statement = delete(ApiTokenRow).where(col(ApiTokenRow.owner_id) == owner_id)
         with store_errors("could not delete tokens"):
             return int(await self._db.write(lambda c: c.execute(statement).rowcount))
-

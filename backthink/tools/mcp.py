@@ -55,6 +55,7 @@ from backthink.tools.mcp_shapes import (
 
 log = structlog.get_logger("backthink.tools.mcp")
 
+
 @dataclass
 class _Server:
     """One connected server as its tools see it."""

@@ -81,5 +81,3 @@ def reason(exc: BaseException, timeout_s: float) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return short(exc.strerror, 100)
     return type(exc).__name__
-
-

@@ -86,9 +86,7 @@ class AppriseChannel:
         module = _load_apprise()
         # The model's words go out as plain text: no service reads them as HTML or
         # Markdown (escaped where a service needs it), and no code becomes an emoji.
-        asset = module.AppriseAsset(
-            body_format=module.NotifyFormat.TEXT, interpret_emojis=False
-        )
+        asset = module.AppriseAsset(body_format=module.NotifyFormat.TEXT, interpret_emojis=False)
         client: apprise.Apprise = module.Apprise(asset=asset)
         url = settings.url.get_secret_value()
         with _apprise_import_warnings_ignored():

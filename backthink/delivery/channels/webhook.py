@@ -210,9 +210,7 @@ class WebhookChannel:
         expiry = asyncio.get_running_loop().call_later(self._timeout_s, deadline.expire)
         try:
             async with asyncio.timeout(self._timeout_s + THREAD_GRACE_S):
-                await asyncio.to_thread(
-                    self._post, body, self.headers_for(message, body), deadline
-                )
+                await asyncio.to_thread(self._post, body, self.headers_for(message, body), deadline)
         except TimeoutError:
             raise self._timed_out() from None
         finally:
