@@ -34,7 +34,7 @@ from common import (
 )
 
 sys.path.insert(0, str(TESTS))
-from fake_openai import FakeOpenAI  # tests/ joins the path just above
+from support.fake_openai import FakeOpenAI  # tests/ joins the path just above
 
 GROUP = "boot"
 REPEATS = 5

@@ -30,7 +30,7 @@ BENCH_VAR = ROOT / "var" / "bench"
 TESTS = ROOT / "tests"
 PROMPTS = ROOT / "backthink" / "prompts"
 VENV_BIN = Path(sys.executable).parent
-FAKE_SERVER = TESTS / "fake_openai.py"
+FAKE_SERVER = TESTS / "support" / "fake_openai.py"
 
 READY_TIMEOUT_S = 30.0  # seconds for a child process to come up on a loaded machine
 STOP_TIMEOUT_S = 40.0  # seconds for a child to exit after SIGTERM (the daemon drains up to 30 s)
@@ -206,7 +206,7 @@ class LineReader:
 
 
 class FakeServerProcess:
-    """tests/fake_openai.py as its own process (its own GIL), scripted over its control API."""
+    """tests/support/fake_openai.py as its own process (its own GIL), scripted over its control API."""
 
     def __init__(self, *, reply: str, log: Path) -> None:
         self._reply = reply

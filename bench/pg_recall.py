@@ -2,7 +2,7 @@
 
 The same conversation as `recall.py` (the same planted facts, the same
 mentions), on a throwaway PostgreSQL server started from the distribution's
-binaries (`tests/pgserver.py`, as the tests do; fsync off, loopback TCP).
+binaries (`tests/support/pgserver.py`, as the tests do; fsync off, loopback TCP).
 The history is built afresh each run, with COPY: 100k messages of one owner
 and 10k memories (`--quick`: 20k / 2k), both under pg_trgm GIN indexes.
 
@@ -44,7 +44,11 @@ from common import (
 from recall import FACTS, MENTIONED, WINDOW, Measured, Planted, _conversation, _rate, measure_round
 
 sys.path.insert(0, str(TESTS))
-from pgserver import PgServer, PgUnavailableError, start_server  # tests/ joins the path above
+from support.pgserver import (  # tests/ joins the path above
+    PgServer,
+    PgUnavailableError,
+    start_server,
+)
 
 GROUP = "pg_recall"
 SIZE = (100_000, 10_000)  # (messages, memories) of one owner

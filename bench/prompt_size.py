@@ -34,7 +34,7 @@ from common import (
 )
 
 sys.path.insert(0, str(TESTS))
-from fake_openai import FakeOpenAI  # tests/ joins the path just above
+from support.fake_openai import FakeOpenAI  # tests/ joins the path just above
 
 GROUP = "prompt size"
 T0 = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)  # 14:00 in Shanghai, outside quiet hours

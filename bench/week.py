@@ -5,12 +5,12 @@ evenings, nights, a weekend away), a 30-minute heartbeat (2 h inside quiet
 hours, as the daemon's schedule does), the fake endpoint answering no_push
 with a short thought, except at the beats where the script says push. Every
 round runs through the real Thinker and the real OpenAI client against
-`tests/fake_openai.py` on 127.0.0.1; memory is on (journal and recall).
+`tests/support/fake_openai.py` on 127.0.0.1; memory is on (journal and recall).
 
 Configurations: tools off (0 tools), the 4 built-ins, the 4 built-ins and the
 25 MCP tools four real servers show backthink's client (29), and the 4
 built-ins with all 29 saved definitions (33). The MCP tools are the saved
-definitions of `tests/mcp_fixtures/`, shaped exactly as the MCP path shapes
+definitions of `tests/support/mcp_fixtures/`, shaped exactly as the MCP path shapes
 them, served in-process (a stdio server per round would time process starts,
 not requests). "before" is the old behaviour (every definition offered, every
 heartbeat asks: `tools.max_chars` unbounded, `schedule.skip_unchanged =
@@ -49,7 +49,7 @@ from common import (
 )
 
 sys.path.insert(0, str(TESTS))
-from fake_openai import FakeOpenAI  # tests/ joins the path just above
+from support.fake_openai import FakeOpenAI  # tests/ joins the path just above
 
 GROUP = "week"
 TZ = ZoneInfo("Asia/Shanghai")
@@ -58,7 +58,7 @@ DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 BEAT = timedelta(minutes=30)
 QUIET_BEAT = timedelta(hours=2)
 QUIET = (time(23, 0), time(7, 0))
-FIXTURES = TESTS / "mcp_fixtures"
+FIXTURES = TESTS / "support" / "mcp_fixtures"
 # Listed by server-everything only to clients with roots, elicitation or sampling.
 GATED = (
     "get-roots-list",

@@ -1,6 +1,6 @@
 """The distributed worker on PostgreSQL: throughput and schedule lag, 1 vs 2 workers; CPU per round.
 
-A throwaway PostgreSQL server (`tests/pgserver.py`, as the tests start it),
+A throwaway PostgreSQL server (`tests/support/pgserver.py`, as the tests start it),
 owners written straight into the owner table with COPY, three messages each,
 their first heartbeats spread over one interval (as in a fleet that has run
 a while), and `backthink worker` processes against the fake endpoint, which
@@ -47,7 +47,11 @@ from common import (
 )
 
 sys.path.insert(0, str(TESTS))
-from pgserver import PgServer, PgUnavailableError, start_server  # tests/ joins the path above
+from support.pgserver import (  # tests/ joins the path above
+    PgServer,
+    PgUnavailableError,
+    start_server,
+)
 
 GROUP = "workers"
 MODEL_LATENCY_S = 1.0

@@ -42,7 +42,8 @@ from common import (
 )
 
 sys.path.insert(0, str(TESTS))
-from fake_openai import CHARS_PER_TOKEN, FakeOpenAI  # tests/ joins the path just above
+from support.fake_openai import FakeOpenAI  # tests/ joins the path just above
+from support.fake_script import CHARS_PER_TOKEN
 
 GROUP = "worst case"
 MESSAGE_BYTES = 10 * 1024 * 1024  # bytes of UTF-8 in the one huge message

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import IO
 
 import pytest
-from fake_openai import FakeOpenAI
-from pgserver import PgServer, PgUnavailableError, start_server
-from webhook_receiver import WebhookReceiver
+from support.fake_openai import FakeOpenAI
+from support.pgserver import PgServer, PgUnavailableError, start_server
+from support.webhook_receiver import WebhookReceiver
 
 from backthink.testing import run_cli
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx2
 import openai
 import pytest
-from api_rig import NOW, WAIT_S, Rig, api_settings, open_rig, texts
-from fake_openai import FakeOpenAI
+from support.api_rig import NOW, WAIT_S, Rig, api_settings, open_rig, texts
+from support.fake_openai import FakeOpenAI
 
 from backthink.api import open_api
 from backthink.api.openapi import document
@@ -151,7 +151,7 @@ async def test_a_page_stops_early_rather_than_load_every_large_message(rig: Rig)
 
 async def test_two_owners_and_two_clients_never_see_each_others_messages(rig: Rig) -> None:
     """Concurrent writers of two owners: each owner's session and stream hold only its own."""
-    from api_rig import next_push
+    from support.api_rig import next_push
 
     async with rig.client() as a, rig.client() as b, rig.client("p") as p:
         writes = [

@@ -19,8 +19,9 @@ import httpx2
 import openai
 import pytest
 from conftest import DaemonProcess, Workdir
-from fake_openai import FakeOpenAI, Reply
-from webhook_receiver import WebhookReceiver
+from support.fake_openai import FakeOpenAI
+from support.fake_script import Reply
+from support.webhook_receiver import WebhookReceiver
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 import structlog
-from api_rig import NOW, WAIT_S, Rig, next_push, open_rig
-from fake_openai import FakeOpenAI
+from support.api_rig import NOW, WAIT_S, Rig, next_push, open_rig
+from support.fake_openai import FakeOpenAI
 
 from backthink.models import Message
 

@@ -15,8 +15,9 @@ from typing import Any
 import openai
 import pytest
 import structlog
-from api_rig import WAIT_S, Rig, open_rig
-from fake_openai import FakeOpenAI, Malformed, Reply
+from support.api_rig import WAIT_S, Rig, open_rig
+from support.fake_openai import FakeOpenAI
+from support.fake_script import Malformed, Reply
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import Workdir
-from fake_openai import FakeOpenAI
+from support.fake_openai import FakeOpenAI
 
 from backthink.config import Settings
 from backthink.models import RoundState, ScheduleItem

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 from conftest import Workdir
-from fake_openai import FakeOpenAI, ToolCalls
+from support.fake_openai import FakeOpenAI
+from support.fake_script import ToolCalls
 
 from backthink.config import Settings
 from backthink.testing import Calls, FakeClock, ScriptedModel, make_rig
@@ -18,7 +19,7 @@ from backthink.tools import ToolSpec
 from backthink.tools.budget import SEARCH_NAME, block_chars, rank
 
 PROMPTS = Path(__file__).resolve().parent.parent / "backthink/prompts"
-FIXTURES = Path(__file__).resolve().parent / "mcp_fixtures"
+FIXTURES = Path(__file__).resolve().parent / "support" / "mcp_fixtures"
 SERVERS = ("time", "fetch", "memory", "everything")
 T0 = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)  # 14:00 in Shanghai
 NO_PUSH = "[我决定:no_push]"

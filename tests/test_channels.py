@@ -28,7 +28,7 @@ from typing import TypeVar
 
 import pytest
 from pydantic import SecretStr, TypeAdapter
-from webhook_receiver import Respond, WebhookReceiver
+from support.webhook_receiver import Respond, WebhookReceiver
 
 from backthink.config import (
     AppriseChannelSettings,
@@ -441,7 +441,7 @@ def _call(url: str, body: bytes | None = None, key: str = "") -> tuple[int, byte
 def test_receiver_process_logs_requests_and_exits_on_sigterm(tmp_path: Path) -> None:
     """The process announces itself, answers as scripted, logs JSON lines, exits 0 on SIGTERM."""
     log = tmp_path / "requests.jsonl"
-    command = [sys.executable, str(ROOT / "tests/webhook_receiver.py"), "--port", "0"]
+    command = [sys.executable, str(ROOT / "tests/support/webhook_receiver.py"), "--port", "0"]
     process = subprocess.Popen(
         [*command, "--log", str(log), "--status", "503"], stdout=subprocess.PIPE, text=True
     )

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from conftest import ROOT, Workdir
-from fake_openai import Fail, FakeOpenAI
+from support.fake_openai import FakeOpenAI
+from support.fake_script import Fail
 
 PUSH = "我想想……她昨天说组会紧张。\n[我决定:push]\n[紧急:warning]\n组会加油，你准备得很充分了。"
 KEY = "sk-test-secret-0123456789"

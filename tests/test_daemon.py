@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 from conftest import READY_TIMEOUT_S, DaemonProcess, Workdir
-from fake_openai import FakeOpenAI, Reply
+from support.fake_openai import FakeOpenAI
+from support.fake_script import Reply
 
 PUSH = "[我决定:push]\n我回来啦。"
 

@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 from conftest import DaemonProcess, Workdir
-from fake_openai import FakeOpenAI
-from webhook_receiver import WebhookReceiver
+from support.fake_openai import FakeOpenAI
+from support.webhook_receiver import WebhookReceiver
 
 from backthink.delivery.channels import verify
 

@@ -9,10 +9,12 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from conftest import Workdir
-from fake_openai import FakeOpenAI, RightReplies, rough_tokens
 from hypothesis import given
 from hypothesis import strategies as st
-from webhook_receiver import WebhookReceiver
+from support.fake_openai import FakeOpenAI
+from support.fake_script import rough_tokens
+from support.right_replies import RightReplies
+from support.webhook_receiver import WebhookReceiver
 
 from backthink.evaluation.figures import RunResult, kappa, percentile, rates, ratio
 from backthink.evaluation.report import report

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-import everyday
 import pytest
+import support.everyday as everyday
 
 from backthink.config import MemorySettings
 from backthink.memory import recall

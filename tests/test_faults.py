@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 from conftest import DaemonProcess, Workdir
-from fake_openai import EmptyChoices, Fail, FakeOpenAI, Malformed, NullContent, Reply
-from webhook_receiver import Respond, WebhookReceiver
+from support.fake_openai import FakeOpenAI
+from support.fake_script import EmptyChoices, Fail, Malformed, NullContent, Reply
+from support.webhook_receiver import Respond, WebhookReceiver
 
 from backthink.config import Settings
 from backthink.host.fleet import open_app

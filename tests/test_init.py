@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CLI_TIMEOUT_S, DETECT_PORTS, NO_SERVER_PORT
-from fake_openai import FakeOpenAI
+from support.fake_openai import FakeOpenAI
 
 KEY = "sk-init-secret-0123456789"
 

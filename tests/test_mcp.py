@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 from mcp import types as mcp_types
-from mcp_calendar import LONG_NAME
+from support.mcp_calendar import LONG_NAME
 
 from backthink.config import McpServerSettings
 from backthink.tools import Tool, ToolError
 from backthink.tools.mcp import McpTool, open_mcp_tools
 from backthink.tools.mcp_shapes import clean_schema, offered_name, render_result
 
-CALENDAR = str(Path(__file__).with_name("mcp_calendar.py"))
+CALENDAR = str(Path(__file__).parent / "support" / "mcp_calendar.py")
 START_S = 30.0  # seconds for a server to start on a busy machine; Python imports dominate
 TEST_S = 50.0  # seconds for a whole test
 CLOSE_S = 7.0  # seconds: stdin close, 2 s grace, SIGTERM, 2 s, SIGKILL, reaped

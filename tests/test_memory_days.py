@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from fake_openai import FakeOpenAI
+from support.fake_openai import FakeOpenAI
 
 from backthink.config import Settings
 from backthink.host.fleet import open_app

@@ -13,18 +13,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from fake_openai import (
-    DEFAULT_MODEL,
+from pydantic import SecretStr
+from support.fake_openai import DEFAULT_MODEL, FakeOpenAI
+from support.fake_script import (
     EmptyChoices,
     Fail,
-    FakeOpenAI,
     Malformed,
     NullContent,
     Reply,
     ScriptItem,
     rough_tokens,
 )
-from pydantic import SecretStr
 
 from backthink.config import ModelSettings
 from backthink.errors import ModelError, ModelNotConfiguredError, ModelTimeoutError
@@ -34,7 +33,7 @@ from backthink.records import ModelMessage
 AWAIT_TIMEOUT_S = 10.0  # seconds any single await in these tests may take
 SDK_MIN_BACKOFF_S = 0.375  # seconds; the SDK's shortest backoff without a Retry-After hint
 API_KEY = "sk-test-very-secret-key-123"
-FAKE_SCRIPT = Path(__file__).with_name("fake_openai.py")
+FAKE_SCRIPT = Path(__file__).parent / "support" / "fake_openai.py"
 
 T = TypeVar("T")
 ClientFactory = Callable[..., OpenAIModelClient]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, Workdir
-from fake_openai import FakeOpenAI
+from support.fake_openai import FakeOpenAI
 
 from backthink.config import Settings, WebhookChannelSettings, load_settings
 from backthink.config.owners import config_owners, owner_settings, redacted, set_key

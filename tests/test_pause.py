@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from conftest import DaemonProcess, Workdir
-from fake_openai import FakeOpenAI
+from support.fake_openai import FakeOpenAI
 
 from backthink.config import Settings
 from backthink.errors import InputError

@@ -13,10 +13,10 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from conftest import Workdir
-from fake_openai import FakeOpenAI
-from pgserver import PASSWORD_ROLE, PgServer
 from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
+from support.fake_openai import FakeOpenAI
+from support.pgserver import PASSWORD_ROLE, PgServer
 from test_store import T0, msg
 
 from backthink.errors import StoreError

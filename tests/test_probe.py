@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 from conftest import Workdir
-from fake_openai import Fail, FakeOpenAI
+from support.fake_openai import FakeOpenAI
+from support.fake_script import Fail
 
 from backthink.config import ModelSettings
 from backthink.model.client import OpenAIModelClient

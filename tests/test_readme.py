@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CLI_TIMEOUT_S, DETECT_PORTS, ROOT, DaemonProcess, Workdir
-from fake_openai import FakeOpenAI
+from support.fake_openai import FakeOpenAI
 from test_init import clean_env
 from test_service import FAKE_CTL
 

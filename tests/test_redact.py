@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import structlog
-from fake_openai import FakeOpenAI
+from support.fake_openai import FakeOpenAI
 
 from backthink.config import Settings, load_settings
 from backthink.errors import ConfigError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scripted_day import run_day
+from support.scripted_day import run_day
 
 
 async def test_scripted_day_covers_every_reason(tmp_path: Path) -> None:

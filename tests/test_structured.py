@@ -11,9 +11,10 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from conftest import Workdir
-from fake_openai import Fail, FakeOpenAI
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.fake_openai import FakeOpenAI
+from support.fake_script import Fail
 
 from backthink.config import ModelSettings, Settings
 from backthink.decision.failsafe import (

@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from fake_openai import FakeOpenAI, ToolCalls
+from support.fake_openai import FakeOpenAI
+from support.fake_script import ToolCalls
 
 from backthink.config import Settings
 from backthink.errors import ToolsRefusedError

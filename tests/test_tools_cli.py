@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from conftest import Workdir
-from fake_openai import Fail, FakeOpenAI, ToolCalls
+from support.fake_openai import FakeOpenAI
+from support.fake_script import Fail, ToolCalls
 
 SECRET_QUERY = "钢琴老师的电话号码"
 

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 from conftest import Workdir
-from fake_openai import FakeOpenAI, ToolCalls
+from support.fake_openai import FakeOpenAI
+from support.fake_script import ToolCalls
 
-CALENDAR = Path(__file__).resolve().parent / "mcp_calendar.py"
+CALENDAR = Path(__file__).resolve().parent / "support" / "mcp_calendar.py"
 AGENDA = [
     {"at": "2026-12-03T01:00:00+00:00", "title": "高数期末考试 · 教三 201"},
     {"at": "2026-12-04T10:00:00+00:00", "title": "组会"},

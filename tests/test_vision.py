@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 from conftest import Workdir
-from fake_openai import Fail, FakeOpenAI
+from support.fake_openai import FakeOpenAI
+from support.fake_script import Fail
 
 from backthink.config import Settings
 from backthink.model.body import IMAGE_PLACEHOLDER

@@ -426,7 +426,7 @@ async def test_a_round_page_starts_no_server_and_shows_what_the_round_offered(
 ) -> None:
     """Eight views of a round's page start no MCP server; the offered tools come from its record."""
     starts = tmp_path / "starts.log"
-    calendar = ROOT / "tests" / "mcp_calendar.py"
+    calendar = ROOT / "tests" / "support" / "mcp_calendar.py"
     counting = (
         f"import runpy, sys; open({str(starts)!r}, 'a').write('started\\n'); "
         f"sys.argv = [{str(calendar)!r}]; runpy.run_path({str(calendar)!r}, run_name='__main__')"

@@ -1,6 +1,6 @@
 """The page in a real browser: `backthink run` with [web] on, loaded in headless Chromium.
 
-The database holds the scripted day (tests/scripted_day.py: rounds at fixed
+The database holds the scripted day (tests/support/scripted_day.py: rounds at fixed
 times on Monday 30 November 2026, Shanghai), so the day's page is the same
 whatever the wall clock says; the rounds the tests add themselves are poked
 into the running daemon against the local fake endpoint and looked at by id.
@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 from conftest import CLI_TIMEOUT_S, ROOT, DaemonProcess, Workdir
-from fake_openai import FakeOpenAI
-from scripted_day import OWNER, run_day
-from webdriver import Browser, WebDriverError, browser, missing
+from support.fake_openai import FakeOpenAI
+from support.scripted_day import OWNER, run_day
+from support.webdriver import Browser, WebDriverError, browser, missing
 
 from backthink.models import Outcome
 from backthink.records import RoundRecord

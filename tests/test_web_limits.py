@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 import httpx2
 import pytest
 from conftest import ROOT, DaemonProcess, Workdir
-from fake_openai import FakeOpenAI
+from support.fake_openai import FakeOpenAI
 
 from backthink.config import Settings
 from backthink.host import poke

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
-from fake_openai import FakeOpenAI
+from support.fake_openai import FakeOpenAI
 from test_init import clean_env
 
 BUILD_TIMEOUT_S = 300  # seconds; building may fetch setuptools into an isolated build env

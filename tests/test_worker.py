@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
-from fake_openai import FakeOpenAI, Reply
+from support.fake_openai import FakeOpenAI
+from support.fake_script import Reply
 
 from backthink.config import Settings
 from backthink.host.queue import STALLED_S

@@ -20,7 +20,6 @@ from typing import Any
 import httpx2
 import openai
 from conftest import ROOT
-from fake_openai import FakeOpenAI
 
 from backthink.api import ApiDoors, open_api
 from backthink.config import Settings
@@ -30,6 +29,7 @@ from backthink.host.fleet import Fleet, open_fleet
 from backthink.host.live import LiveStatus
 from backthink.models import Decision
 from backthink.testing import FakeClock
+from support.fake_openai import FakeOpenAI
 
 NOW = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)  # 10:00 in Shanghai
 WAIT_S = 10.0  # seconds any awaited answer may take on a loaded machine

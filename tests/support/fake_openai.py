@@ -9,9 +9,9 @@ In a test::
 
 As a process (the daemon's process tests)::
 
-    python tests/fake_openai.py --port 0 --reply "[decision:no_push]"
-    python tests/fake_openai.py --replies replies.jsonl
-    python tests/fake_openai.py --right eval/scenarios.jsonl
+    python tests/support/fake_openai.py --port 0 --reply "[decision:no_push]"
+    python tests/support/fake_openai.py --replies replies.jsonl
+    python tests/support/fake_openai.py --right eval/scenarios.jsonl
 
 With ``--right FILE`` (or ``fake.responder = RightReplies.from_file(FILE)``) every
 request of ``backthink eval`` on that scenario file is answered with the reply its
@@ -45,11 +45,9 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import uvicorn
 from starlette.applications import Starlette
@@ -57,14 +55,32 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+if __package__ in (None, ""):
+    # Run as a file (`python tests/support/fake_openai.py`): the tests folder joins the path
+    # so the support package's other modules import as they do inside the suite.
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from support.fake_script import (
+    RETRY_NOW_S,
+    EmptyChoices,
+    Fail,
+    Malformed,
+    Reply,
+    ScriptItem,
+    ToolCalls,
+    item_from_json,
+    load_replies,
+    message_text,
+    rough_tokens,
+)
+from support.right_replies import RightReplies
+
 HOST = "127.0.0.1"
 DEFAULT_MODEL = "fake-model"
 DEFAULT_REPLY = "[decision:no_push]"
-RETRY_NOW_S = 0.001  # seconds; the SDK treats 0 as "no hint" and backs off ~0.5 s instead
 STARTUP_TIMEOUT_S = 10.0  # seconds to wait for the server to accept connections
 SHUTDOWN_TIMEOUT_S = 5.0  # seconds to wait for the server thread to finish
 STARTED_POLL_S = 0.005  # seconds between checks of uvicorn's `started` flag
-CHARS_PER_TOKEN = 4  # a rough count is enough for usage figures
 STREAM_PIECE = 8  # characters of a streamed reply per chunk
 # What llama-cpp-python's server answers for a response_format type it does not read.
 SCHEMA_FORM_MESSAGE = "body.response_format.type: Input should be 'text' or 'json_object'"
@@ -73,70 +89,6 @@ TEXT_ONLY_MESSAGE = (
     "image input is not supported - hint: if this is unexpected, you may need to provide the mmproj"
 )
 
-
-@dataclass(frozen=True)
-class Reply:
-    """Answer with this text, optionally after a delay and with a reasoning field beside it."""
-
-    text: str
-    delay_s: float = 0.0
-    reasoning: str | None = None
-    usage: bool = True
-    stream_delay_s: float = 0.0
-    """Seconds between the pieces of a streamed answer."""
-
-
-@dataclass(frozen=True)
-class Fail:
-    """Answer with an HTTP error status.
-
-    `retry_after_s` becomes the `retry-after-ms` and `retry-after` headers (None sends
-    neither). The default is tiny so the SDK retries at once instead of backing off.
-    `message` goes into the error body, e.g. to echo what a real server might.
-    """
-
-    status: int = 500
-    retry_after_s: float | None = RETRY_NOW_S
-    delay_s: float = 0.0
-    message: str = "scripted failure"
-
-
-@dataclass(frozen=True)
-class Malformed:
-    """Answer 200 with a body that is not JSON although it says it is."""
-
-    body: str = '{"choices": [oops'
-    delay_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class EmptyChoices:
-    """Answer 200 with a well-formed completion that has no choices."""
-
-    delay_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class NullContent:
-    """Answer 200 with one choice whose message content is null."""
-
-    reasoning: str | None = None
-    delay_s: float = 0.0
-
-
-@dataclass(frozen=True)
-class ToolCalls:
-    """Answer with tool calls: (name, arguments) pairs; arguments given as text are sent as is.
-
-    `text` goes into the content beside the calls (None sends null, as most servers do).
-    """
-
-    calls: tuple[tuple[str, Any], ...]
-    text: str | None = None
-    delay_s: float = 0.0
-
-
-ScriptItem = Reply | Fail | Malformed | EmptyChoices | NullContent | ToolCalls
 
 TOOLS_MODES = ("script", "ignore", "call")
 """How the server treats a request's tools: as scripted; dropped, as llama.cpp's server
@@ -176,76 +128,6 @@ class _State:
     gzip_streams: str | None = None
     tools_mode: str = "script"
     responder: Callable[[dict[str, Any]], str] | None = None
-
-
-def item_from_json(value: Any) -> ScriptItem:
-    """Build a script item from its JSON form (a replies-file line or a control request).
-
-    Accepted forms: ``"text"``; ``{"text": ..., "delay_s": ..., "reasoning": ...}``;
-    ``{"status": 500, "retry_after_s": ...}``; ``{"malformed": true}``;
-    ``{"empty_choices": true}``; ``{"null_content": true}``;
-    ``{"tool_calls": [["name", {...}], ...], "content": ...}``. Any of them may carry
-    ``delay_s``.
-
-    Raises:
-        ValueError: the value is none of these.
-    """
-    if isinstance(value, str):
-        return Reply(value)
-    if not isinstance(value, dict):
-        raise ValueError(f"script item must be a string or an object, not {value!r}")
-    delay_s = float(value.get("delay_s", 0.0))
-    if "text" in value:
-        return Reply(
-            str(value["text"]),
-            delay_s=delay_s,
-            reasoning=value.get("reasoning"),
-            usage=bool(value.get("usage", True)),
-        )
-    if "status" in value:
-        retry = value.get("retry_after_s", RETRY_NOW_S)
-        return Fail(
-            int(value["status"]),
-            None if retry is None else float(retry),
-            delay_s,
-            str(value.get("message", "scripted failure")),
-        )
-    if value.get("malformed"):
-        return Malformed(delay_s=delay_s)
-    if value.get("empty_choices"):
-        return EmptyChoices(delay_s=delay_s)
-    if value.get("null_content"):
-        return NullContent(reasoning=value.get("reasoning"), delay_s=delay_s)
-    if "tool_calls" in value:
-        calls = tuple((str(name), args) for name, args in value["tool_calls"])
-        return ToolCalls(calls, value.get("content"), delay_s)
-    raise ValueError(f"unknown script item {value!r}")
-
-
-def load_replies(path: Path) -> list[ScriptItem]:
-    """Read a replies file: one JSON script item per line; blank lines and # comments skipped."""
-    items = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip() and not line.lstrip().startswith("#"):
-            items.append(item_from_json(json.loads(line)))
-    return items
-
-
-def rough_tokens(text: str) -> int:
-    """Count tokens the way a fake may: about four characters each, at least one."""
-    return max(1, round(len(text) / CHARS_PER_TOKEN))
-
-
-def _message_text(message: Any) -> str:
-    """Return the text of a chat message, whether its content is a string or a list of parts."""
-    if not isinstance(message, dict):
-        return ""
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
-    return ""
 
 
 def _has_image(body: dict[str, Any]) -> bool:
@@ -647,7 +529,7 @@ class FakeOpenAI:
             return self._stream(completion, item, recorded.body, gzip=gzip)
         completion["choices"] = [{"index": 0, "message": message, "finish_reason": finish}]
         if not isinstance(item, Reply) or item.usage:
-            prompt = " ".join(_message_text(m) for m in recorded.body.get("messages") or [])
+            prompt = " ".join(message_text(m) for m in recorded.body.get("messages") or [])
             completion_tokens = rough_tokens(text) if text else 0
             completion["usage"] = {
                 "prompt_tokens": rough_tokens(prompt),
@@ -681,7 +563,7 @@ class FakeOpenAI:
                 yield chunk({"content": piece})
             yield chunk({}, "stop")
             if usage:
-                prompt = " ".join(_message_text(m) for m in body.get("messages") or [])
+                prompt = " ".join(message_text(m) for m in body.get("messages") or [])
                 counts = {
                     "prompt_tokens": rough_tokens(prompt),
                     "completion_tokens": rough_tokens(item.text),
@@ -735,125 +617,6 @@ class FakeOpenAI:
 
     async def _control_requests(self, request: Request) -> Response:
         return JSONResponse([r.to_json() for r in self.requests])
-
-
-# The line of a round's prompt that gives the owner's local time, in each language.
-NOW_MARKERS = ("现在是主人当地时间 ", "The owner's local time is now ")
-LOCAL_TIME_CHARS = len("2026-03-10 01:30")
-RIGHT_THOUGHT = {"zh": "想了想此刻该不该开口。", "en": "I weighed whether to speak up now."}
-# A day may expect two pushes naming the same word; the hour keeps them apart for the
-# gate's duplicate check.
-RIGHT_LINES = {
-    "zh": ("{}：{} 这会儿正是时候，记得留意。", "想到你了，{} 这会儿正是时候。"),
-    "en": ("About {}: {} is the moment for it.", "Thinking of you: {} is the moment."),
-}
-
-
-@dataclass(frozen=True)
-class Expected:
-    """What one scenario (or beat of a day) expects, and how to recognise its request."""
-
-    lang: str
-    local: str
-    texts: tuple[str, ...]
-    expect: dict[str, Any]
-
-
-class RightReplies:
-    """Answers each request of `backthink eval` on a scenario file with the reply it expects.
-
-    A request is matched to a scenario by the owner's local time its prompt names,
-    then, among the scenarios (and beats) at that time, by how many of their
-    messages it shows: a beat shows the messages of the beats before it too.
-    """
-
-    def __init__(self, expected: Iterable[Expected]) -> None:
-        self._by_time: dict[tuple[str, str], list[Expected]] = {}
-        for one in expected:
-            self._by_time.setdefault((one.lang, one.local), []).append(one)
-
-    @classmethod
-    def from_file(cls, path: Path) -> RightReplies:
-        """Read a scenario file: single scenarios and days."""
-        return cls(expected_of(path.read_text(encoding="utf-8").splitlines()))
-
-    def __call__(self, body: dict[str, Any]) -> str:
-        messages = body.get("messages") or []
-        shown = " ".join(_message_text(m) for m in messages)
-        found = _local_time(shown)
-        if found is None:
-            raise LookupError("the request names no local time")
-        lang, local = found
-        candidates = self._by_time.get((lang, local), [])
-        scored = sorted(
-            ((sum(1 for t in c.texts if t in shown), i) for i, c in enumerate(candidates)),
-            reverse=True,
-        )
-        if not scored or (len(scored) > 1 and scored[0][0] == scored[1][0]):
-            raise LookupError(f"{len(scored)} scenarios match {lang} {local}")
-        chosen = candidates[scored[0][1]]
-        json_form = isinstance(body.get("response_format"), dict)
-        return right_reply(chosen.lang, chosen.expect, local[-5:], json_form=json_form)
-
-
-def right_reply(lang: str, expect: dict[str, Any], clock: str, *, json_form: bool) -> str:
-    """The reply an expectation calls for at `clock` (HH:MM), with a thought before it."""
-    push = bool(expect.get("push"))
-    urgency = expect.get("urgency") or "routine"
-    mentions = expect.get("mentions") or []
-    named, plain = RIGHT_LINES[lang]
-    line = named.format(mentions[0], clock) if mentions else plain.format(clock)
-    body = line if push else ""
-    thought = RIGHT_THOUGHT[lang]
-    if json_form:
-        decision = "push" if push else "no_push"
-        return json.dumps(
-            {"thought": thought, "decision": decision, "channel": "auto", "urgency": urgency,
-             "body": body},
-            ensure_ascii=False,
-        )  # fmt: skip
-    if lang == "zh":
-        tags = f"[我决定:push]\n[紧急:{urgency}]" if push else "[我决定:no_push]"
-    else:
-        tags = f"[decision:push]\n[urgency:{urgency}]" if push else "[decision:no_push]"
-    return f"{thought}\n{tags}\n{body}".rstrip()
-
-
-def _local_time(shown: str) -> tuple[str, str] | None:
-    for lang, marker in zip(("zh", "en"), NOW_MARKERS, strict=True):
-        start = shown.rfind(marker)
-        if start >= 0:
-            begin = start + len(marker)
-            return lang, shown[begin : begin + LOCAL_TIME_CHARS]
-    return None
-
-
-def _local(at: str, zone: str | None) -> str:
-    when = datetime.fromisoformat(at)
-    if zone is not None and when.tzinfo is not None:
-        when = when.astimezone(ZoneInfo(zone))
-    return when.strftime("%Y-%m-%d %H:%M")
-
-
-def expected_of(lines: Iterable[str]) -> list[Expected]:
-    """Every scenario and every beat of every day in a scenario file, as expected replies."""
-    out = []
-    for line in lines:
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        doc = json.loads(line)
-        zone = doc.get("timezone")
-        if "day" in doc:
-            texts: list[str] = []
-            for beat in doc["day"]:
-                texts += [m["text"] for m in beat.get("history") or []]
-                local = _local(beat["at"], zone)
-                out.append(Expected(doc["lang"], local, tuple(texts), beat["expect"]))
-        else:
-            texts = [m["text"] for m in doc.get("history") or []]
-            local = _local(doc["at"], zone)
-            out.append(Expected(doc["lang"], local, tuple(texts), doc["expect"]))
-    return out
 
 
 def _error(status: int, headers: dict[str, str], message: str = "scripted failure") -> Response:

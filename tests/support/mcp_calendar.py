@@ -1,6 +1,6 @@
 """A real MCP server for tests: a calendar with a fixed agenda, and tools that fail on purpose.
 
-Run over stdio (`python tests/mcp_calendar.py`) or streamable HTTP on loopback
+Run over stdio (`python tests/support/mcp_calendar.py`) or streamable HTTP on loopback
 (`--http PORT`). The agenda is a JSON list of {"at": ISO time, "title": ...},
 from `--agenda` or the CALENDAR_AGENDA variable. `--pid-file` records the
 process id, `--exit` quits before speaking, `--mute` never answers and ignores

@@ -1,0 +1,1 @@
+"""Support code for the test suite: fake servers, rigs, receivers, fixtures."""
