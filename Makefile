@@ -6,8 +6,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+SOURCES := backthink tests bench
 
-.PHONY: run test bench test-live lock clean
+.PHONY: run test check fmt lint typecheck bench test-live lock clean
 
 $(STAMP): requirements.lock pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "backthink needs Python 3.11 or newer"'
@@ -21,11 +22,26 @@ $(STAMP): requirements.lock pyproject.toml
 run: $(STAMP)
 	$(BIN)/backthink run
 
-## test: set everything up, then run linters, type checks and the test suite
-test: $(STAMP)
-	$(BIN)/ruff check backthink tests
-	$(BIN)/mypy
+## test: set everything up, then run the linters, the type checks and the test suite
+test: lint typecheck
 	$(BIN)/pytest -q
+
+## check: everything a commit should pass (the same as test)
+check: test
+
+## fmt: format the tree and apply ruff's safe fixes
+fmt: $(STAMP)
+	$(BIN)/ruff format $(SOURCES)
+	$(BIN)/ruff check --fix --quiet $(SOURCES)
+
+## lint: ruff's rules and its formatter, checked without changing a file
+lint: $(STAMP)
+	$(BIN)/ruff check $(SOURCES)
+	$(BIN)/ruff format --check $(SOURCES)
+
+## typecheck: mypy, strict, over the package
+typecheck: $(STAMP)
+	$(BIN)/mypy
 
 ## bench: set everything up, then run every benchmark and print figures beside targets
 bench: $(STAMP)

@@ -206,7 +206,7 @@ class LineReader:
 
 
 class FakeServerProcess:
-    """tests/support/fake_openai.py as its own process (its own GIL), scripted over its control API."""
+    """The fake endpoint as its own process (its own GIL), scripted over its control API."""
 
     def __init__(self, *, reply: str, log: Path) -> None:
         self._reply = reply

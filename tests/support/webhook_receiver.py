@@ -15,7 +15,7 @@ without an answer, as a crashed receiver would.
 
 As a process (the daemon's process tests)::
 
-    python tests/support/webhook_receiver.py --port 0 --log requests.jsonl [--status 500 ...] [--hang]
+    python tests/support/webhook_receiver.py --port 0 --log requests.jsonl [--status 500] [--hang]
 
 The process prints one line, ``RECEIVER_READY http://127.0.0.1:PORT/``, once it
 accepts connections, appends each request to the log as one JSON line (flushed
