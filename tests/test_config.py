@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from backthink.config import QuietHours, load_settings, parse_duration
-from backthink.errors import ConfigError
+from backthink.errors import ConfigError, StoreError
+from backthink.store.engine import create_engine
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -83,15 +84,33 @@ def test_openai_api_key_fallback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ("text", "expected"),
     [
         ("[gate]\ndaily_kap = 3\n", "gate.daily_kap: unknown key"),
-        ("[nonsense]\nx = 1\n", "nonsense: unknown key"),
+        ("[nonsense]\nx = 1\n", "nonsense: unknown section"),
+        ("[gaet]\ndaily_cap = 2\n", "gaet: unknown section (did you mean gate?)"),
+        ("[gate]\ndaily_cpa = 2\n", "gate.daily_cpa: unknown key (did you mean daily_cap?)"),
+        (
+            '[schedule]\nheartbeat = "99999999999d"\n',
+            "schedule.heartbeat: '99999999999d' is too long",
+        ),
+        ("[schedule]\nheartbeat = 1e300\n", "schedule.heartbeat: 1e+300 is too long"),
+        ("[schedule]\nheartbeat = inf\n", "schedule.heartbeat: inf is too long"),
+        (
+            "[schedule]\njitter = -5\n",
+            "schedule.jitter: -5 is not a duration: it must not be negative",
+        ),
         ("[gate]\ndaily_cap = -1\n", "gate.daily_cap:"),
         ('[gate]\nquiet_hours = "25:00-07:00"\n', "gate.quiet_hours:"),
         ('[gate]\nmin_interval = "soon"\n', "gate.min_interval:"),
         ('[owner]\ntimezone = "Mars/Olympus"\n', "owner.timezone: unknown time zone"),
         ('[model]\nbase_url = "localhost:8000"\n', "model.base_url:"),
         ('[prompt]\nlanguage = "fr"\n', "prompt.language:"),
-        ('[channels.x]\ntype = "pigeon"\n', "channels.x"),
-        ('[channels.x]\ntype = "webhook"\n', "channels.x.webhook.url:"),
+        ('[channels.x]\ntype = "pigeon"\n', "channels.x.type: 'pigeon' is not one of the types"),
+        ('[channels.x]\nurl = "http://x"\n', "channels.x.type: is missing"),
+        ('[channels.x]\ntype = "webhook"\n', "channels.x.url: Field required"),
+        ('[channels.x]\ntype = "webhook"\nurl = "ftp://x"\n', "channels.x.url: 'ftp://x'"),
+        (
+            '[channels.x]\ntype = "webhook"\nurl = "http://x"\nsecert = "s"\n',
+            "(did you mean secret?)",
+        ),
         ("[gate\n", "not valid TOML"),
     ],
 )
@@ -139,7 +158,7 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
         (
             "BACKTHINK_CHANNELS__PHONE__URL",
             "localhost:9000",
-            "environment BACKTHINK_CHANNELS__PHONE__URL: channels.phone.webhook.url:",
+            "environment BACKTHINK_CHANNELS__PHONE__URL: channels.phone.url:",
         ),
     ],
 )
@@ -244,3 +263,13 @@ def test_an_empty_state_file_means_no_state_file() -> None:
 
     assert Settings.model_validate({"state": {"file": ""}}).state.file is None
     assert Settings.model_validate({"state": {"file": "  "}}).state.file is None
+
+
+def test_a_database_folder_under_a_file_names_the_file(tmp_path: Path) -> None:
+    """A file standing where the database's folder should be is named, not "File exists"."""
+    blocker = tmp_path / "data"
+    blocker.write_text("not a folder", encoding="utf-8")
+    for url in (f"sqlite+aiosqlite:///{blocker}/x.db", f"sqlite+aiosqlite:///{blocker}/sub/x.db"):
+        with pytest.raises(StoreError) as info:
+            create_engine(url)
+        assert f"{blocker} is a file, not a folder" in str(info.value)

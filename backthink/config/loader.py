@@ -21,7 +21,7 @@ from pydantic import (
     ValidationError,
 )
 
-from backthink.config import paths
+from backthink.config import paths, problems
 from backthink.config.owners import config_owners, owner_settings
 from backthink.config.settings import Settings
 from backthink.errors import ConfigError
@@ -66,7 +66,7 @@ def load_settings(path: Path | None = None) -> Settings:
     try:
         settings = Settings(**data)
     except ValidationError as exc:
-        loc, problem = _first_problem(exc)
+        loc, problem = problems.describe(exc, Settings)
         blamed = next((name for name, path in overrides.items() if _comes_from(path, loc)), None)
         in_file = next((name for name, path in from_file.items() if _comes_from(path, loc)), None)
         source = where
@@ -185,15 +185,3 @@ def _comes_from(path: tuple[str, ...], loc: tuple[str, ...]) -> bool:
         return False
     rest = iter(loc)
     return all(part in rest for part in path)
-
-
-def _first_problem(exc: ValidationError) -> tuple[tuple[str, ...], str]:
-    """Return the first validation error's location and its rendering as `key.path: message`."""
-    err = exc.errors(include_url=False)[0]
-    parts = [str(part) for part in err["loc"] if not str(part).endswith("Settings")]
-    key = ".".join(parts)
-    message = err["msg"]
-    if err["type"] == "extra_forbidden":
-        message = "unknown key"
-    message = message.removeprefix("Value error, ")
-    return tuple(part.lower() for part in parts), (f"{key}: {message}" if key else message)

@@ -169,3 +169,15 @@ def sqlite_path(url: URL) -> Path | None:
         return None
     # A `uri=true` URL names the file as "file:path?options".
     return Path((url.database or "").removeprefix("file:").partition("?")[0])
+
+
+def folder_problem(folder: Path, exc: OSError) -> str:
+    """Why `folder` could not be created, in words: a part of its path that is a file is named.
+
+    `mkdir` says only "File exists" or "Not a directory" when a file stands
+    where a folder should be; the user needs to know which file.
+    """
+    for part in (folder, *folder.parents):
+        if part.exists() and not part.is_dir():
+            return f"{part} is a file, not a folder"
+    return exc.strerror or str(exc)

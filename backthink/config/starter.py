@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import ValidationError
 
-from backthink.config import Settings, paths
+from backthink.config import Settings, paths, problems
 from backthink.config.shipped import data_file
 from backthink.errors import ConfigError, InputError
 from backthink.models import Language
@@ -200,10 +200,7 @@ def write_starter(
     try:
         Settings(**tomllib.loads(text))
     except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        key = ".".join(str(part) for part in err["loc"])
-        problem = str(err["msg"]).removeprefix("Value error, ")
-        raise InputError(f"{key}: {problem}") from None
+        raise InputError(problems.describe(exc, Settings)[1]) from None
     # The system unit's throwaway user must read the config; a user's is their own.
     mode = 0o644 if is_system_path(path) else 0o600
     env_file = None
@@ -214,7 +211,9 @@ def write_starter(
             env_file = path.with_name(paths.ENV_FILE_NAME)
             _write_private(env_file, _env_text(env_file, answers.api_key), 0o600)
     except OSError as exc:
-        raise ConfigError(f"cannot write {exc.filename or path}: {exc.strerror}") from None
+        where = Path(exc.filename) if exc.filename else path
+        problem = paths.folder_problem(path.parent, exc)
+        raise ConfigError(f"cannot write {where}: {problem}") from None
     return Written(config=path, env_file=env_file, data_dir=data_dir)
 
 

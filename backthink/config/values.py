@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import time, timedelta
 from typing import Annotated, Any
@@ -11,19 +12,26 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
 
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+# The longest duration any setting or pause takes: ten years, far inside what a
+# timedelta holds, so a typo of many digits is an error and not an overflow.
+MAX_DURATION = timedelta(days=3650)
 
 
 def parse_duration(value: Any) -> timedelta:
-    """Parse "90s", "30m", "2h", "1h30m", "1d" or a number of seconds into a timedelta."""
+    """Parse "90s", "30m", "2h", "1h30m", "1d" or a number of seconds into a timedelta.
+
+    Raises:
+        ValueError: not a duration, negative, not finite, or longer than `MAX_DURATION`.
+    """
     if isinstance(value, timedelta):
-        return value
+        return _bounded(value.total_seconds(), value)
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return timedelta(seconds=value)
+        return _bounded(float(value), value)
     if not isinstance(value, str):
         raise ValueError("expected a duration such as '30m', '2h' or '90s'")
     text = value.strip().lower().replace(" ", "")
     if text.replace(".", "", 1).isdigit():
-        return timedelta(seconds=float(text))
+        return _bounded(float(text), value)
     pos, total = 0, 0.0
     for match in _DURATION_PART.finditer(text):
         if match.start() != pos:
@@ -32,7 +40,16 @@ def parse_duration(value: Any) -> timedelta:
         pos = match.end()
     if pos != len(text) or not text:
         raise ValueError(f"{value!r} is not a duration such as '30m', '2h' or '90s'")
-    return timedelta(seconds=total)
+    return _bounded(total, value)
+
+
+def _bounded(seconds: float, written: Any) -> timedelta:
+    """`seconds` as a timedelta when it is a usable duration; else a ValueError naming it."""
+    if math.isnan(seconds) or seconds < 0:
+        raise ValueError(f"{written!r} is not a duration: it must not be negative")
+    if seconds > MAX_DURATION.total_seconds():
+        raise ValueError(f"{written!r} is too long: at most {MAX_DURATION.days} days")
+    return timedelta(seconds=seconds)
 
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]

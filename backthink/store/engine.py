@@ -16,6 +16,7 @@ from sqlalchemy.exc import ArgumentError, InvalidRequestError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 
+from backthink.config import paths
 from backthink.config.paths import is_memory, sqlite_path
 from backthink.errors import StoreError
 
@@ -116,7 +117,9 @@ def _make_parent_dir(url: URL) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise StoreError(f"cannot create database folder {path.parent}: {exc.strerror}") from None
+        raise StoreError(
+            f"cannot create database folder {path.parent}: {paths.folder_problem(path.parent, exc)}"
+        ) from None
 
 
 def tune_sqlite(engine: Engine, busy_timeout_ms: int, *, read_only: bool = False) -> None:
