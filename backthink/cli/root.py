@@ -43,6 +43,18 @@ app.command("resume")(process.resume_cmd)
 app.command("status")(process.status_cmd)
 
 
+def _print_version(value: bool) -> None:
+    """`--version`: the installed distribution's version, then exit 0."""
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"backthink {version('backthink')}")
+        except PackageNotFoundError:
+            typer.echo("backthink (not installed: version unknown)")
+        raise typer.Exit()
+
+
 @app.callback()
 def main_options(
     ctx: typer.Context,
@@ -58,6 +70,15 @@ def main_options(
         str | None, typer.Option("--owner", help="Owner id (default: owner.id).")
     ] = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks and debug logs.")] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print the version and exit.",
+            is_eager=True,
+            callback=_print_version,
+        ),
+    ] = False,
 ) -> None:
     """backthink: gives an AI companion a life between conversations."""
     ctx.obj = Context(config=config, owner=owner, debug=debug)
