@@ -6,6 +6,12 @@ import subprocess
 import sys
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
+
+from support.fake_openai import FakeOpenAI
+
+from backthink.config import Settings
+from backthink.host.checks import CheckError, run_checks
 
 CLI_TIMEOUT_S = 60  # seconds for one command-line run
 
@@ -28,3 +34,72 @@ def test_version_prints_the_installed_version(tmp_path: Path) -> None:
         done = backthink(*args, cwd=tmp_path)
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == f"backthink {version('backthink')}"
+
+
+def checks_settings(fake: FakeOpenAI, tmp_path: Path, **extra: Any) -> Settings:
+    """A config that passes every check, with `extra` sections laid over it."""
+    return Settings.model_validate(
+        {
+            "model": {"base_url": fake.base_url, "name": "fake-model", "max_retries": 0},
+            "database": {"url": f"sqlite+aiosqlite:///{tmp_path / 'b.db'}"},
+            "tools": {"enabled": False},
+            **extra,
+        }
+    )
+
+
+async def checked_lines(settings: Settings) -> tuple[list[str], str | None]:
+    """Every line `check` prints, and its final problem (None when it passed)."""
+    lines: list[str] = []
+    try:
+        async for checked in run_checks(settings):
+            lines.append(str(checked))
+    except CheckError as exc:
+        return lines, str(exc)
+    return lines, None
+
+
+async def test_check_warns_on_a_model_the_server_does_not_list(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    """A model name the endpoint does not list passes with a warning naming what it lists."""
+    settings = checks_settings(fake, tmp_path)
+    settings = settings.model_copy(
+        update={"model": settings.model.model_copy(update={"name": "fake-modle"})}
+    )
+    lines, problem = await checked_lines(settings)
+    assert problem is None
+    [model] = [line for line in lines if "model:" in line]
+    assert model.startswith("warn model: fake-modle at ")
+    assert "'fake-modle' is not listed (it lists 'fake-model')" in model
+
+
+async def test_a_bad_channel_is_a_channel_problem_and_the_other_checks_still_run(
+    fake: FakeOpenAI, tmp_path: Path
+) -> None:
+    """A URL apprise cannot use fails under channels; the other checks still run."""
+    settings = checks_settings(
+        fake,
+        tmp_path,
+        channels={"web": {"type": "web"}, "phone": {"type": "apprise", "url": "nosuch://x"}},
+    )
+    lines, problem = await checked_lines(settings)
+    assert problem is not None and problem.startswith("channels: phone (apprise)")
+    assert [line.split(":")[0] for line in lines] == [
+        "ok  prompts",
+        "ok  channels",
+        "FAIL channels",
+        "ok  database",
+        "ok  model",
+    ]
+
+
+async def test_check_warns_on_a_webhook_without_a_secret(fake: FakeOpenAI, tmp_path: Path) -> None:
+    """A webhook that would post unsigned passes with a warning that says how to sign it."""
+    hook = {"type": "webhook", "url": "http://127.0.0.1:9/hook"}
+    lines, problem = await checked_lines(checks_settings(fake, tmp_path, channels={"hook": hook}))
+    assert problem is None
+    assert "warn channels: hook (webhook): posts unsigned; set secret" in "\n".join(lines)
+    signed = {**hook, "secret": "s3cret"}
+    lines, _ = await checked_lines(checks_settings(fake, tmp_path, channels={"hook": signed}))
+    assert "ok  channels: hook (webhook)" in lines

@@ -56,6 +56,12 @@ _REDACTED = "[redacted]"
 log = structlog.get_logger("backthink.model_client")
 
 
+NOT_LISTED = "is not listed"
+"""What a probe says of a model name the endpoint's model list does not hold."""
+LISTED_SHOWN = 5  # model names a probe names at most
+MODEL_NAME_CHARS = 80  # characters of one listed model name shown at most
+
+
 class OpenAIModelClient:
     """A ModelClient backed by `openai.AsyncOpenAI`; SDK objects never leave this class.
 
@@ -278,9 +284,14 @@ class OpenAIModelClient:
                     return await self._probe_chat()
             body = raw.text
         ids = [entry.id for entry in parse(ModelList, body).data]
-        listed = "is listed" if self.model_name in ids else "is not listed"
         count = f"{len(ids)} model" + ("" if len(ids) == 1 else "s")
-        return f"{self._host()} lists {count}; {self.model_name!r} {listed}"
+        if self.model_name in ids:
+            return f"{self._host()} lists {count}; {self.model_name!r} is listed"
+        # Names only as the server gave them, bounded: they help fix a typo.
+        shown = ", ".join(repr(i[:MODEL_NAME_CHARS]) for i in ids[:LISTED_SHOWN])
+        more = ", ..." if len(ids) > LISTED_SHOWN else ""
+        among = f" (it lists {shown}{more})" if ids else ""
+        return f"{self._host()} lists {count}; {self.model_name!r} {NOT_LISTED}{among}"
 
     async def _probe_chat(self) -> str:
         started = time.perf_counter()
