@@ -237,7 +237,9 @@ def test_bad_config_exits_2(workdir: Workdir) -> None:
     workdir.write_config(gate={"daily_kap": 3})
     proc = workdir.cli("rounds", check=False)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == f"backthink: {workdir.config}: gate.daily_kap: unknown key"
+    assert proc.stderr.strip() == (
+        f"backthink: {workdir.config}: gate.daily_kap: unknown key (did you mean daily_cap?)"
+    )
 
 
 def test_bad_role_is_a_usage_error(workdir: Workdir) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from importlib.metadata import version
@@ -103,3 +104,29 @@ async def test_check_warns_on_a_webhook_without_a_secret(fake: FakeOpenAI, tmp_p
     signed = {**hook, "secret": "s3cret"}
     lines, _ = await checked_lines(checks_settings(fake, tmp_path, channels={"hook": signed}))
     assert "ok  channels: hook (webhook)" in lines
+
+
+def test_a_checkout_config_that_hides_the_users_is_named(tmp_path: Path) -> None:
+    """Inside a checkout, status, check and service install say which config they read and why."""
+    checkout = tmp_path / "clone"
+    (checkout / "config").mkdir(parents=True)
+    ours = checkout / "config" / "backthink.toml"
+    ours.write_text('[gate]\nquiet_hours = ""\n', encoding="utf-8")
+    mine = Path(os.environ["XDG_CONFIG_HOME"]) / "backthink" / "backthink.toml"
+    mine.parent.mkdir(parents=True)
+    mine.write_text('[gate]\nquiet_hours = ""\n', encoding="utf-8")
+    status = backthink("status", cwd=checkout)
+    assert status.stdout.splitlines()[0] == f"config: {ours}"
+    note = f"note: reading this checkout's {ours}, not your {mine}"
+    assert note in status.stderr
+    assert f"pass --config {mine} to use yours" in status.stderr
+    check = backthink("check", cwd=checkout)
+    assert f"ok  config: {ours}" in check.stdout
+    assert note in check.stderr
+    install = backthink("service", "install", "--user", "--dry-run", cwd=checkout)
+    assert install.stdout.splitlines()[0] == f"# config: {ours}"
+    assert note in install.stderr
+    # Outside the checkout the user's own file is read, with nothing to note.
+    elsewhere = backthink("status", cwd=tmp_path)
+    assert elsewhere.stdout.splitlines()[0] == f"config: {mine}"
+    assert "note:" not in elsewhere.stderr

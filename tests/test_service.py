@@ -56,7 +56,7 @@ def test_dry_run_prints_unit_and_commands_and_changes_nothing(
     proc = backthink("service", "install", "--user", "--dry-run", cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
     unit = Path(env["HOME"]) / ".config/systemd/user/backthink.service"
-    assert proc.stdout.startswith(f"# {unit}\n")
+    assert proc.stdout.startswith(f"# config: {config}\n# {unit}\n")
     script = Path(sys.executable).with_name("backthink")
     assert f"ExecStart={script} --config {config} run\n" in proc.stdout
     assert f"EnvironmentFile=-{config.with_name('backthink.env')}\n" in proc.stdout

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Coroutine
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -13,7 +14,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from backthink.cli.owners import owner_tables
-from backthink.config import Settings, load_settings
+from backthink.config import Settings, load_settings, paths, resolve_config_path
 from backthink.models import Owner
 
 T = TypeVar("T")
@@ -35,6 +36,18 @@ class Context:
     def settings(self) -> Settings:
         """Load the configuration (raises ConfigError with one clear line)."""
         return load_settings(self.config)
+
+    def config_file(self) -> Path | None:
+        """The config file this command reads (None: the built-in defaults).
+
+        When it is a checkout's `config/backthink.toml` that hides the user's own
+        config, a note on standard error says so and how to read the other one.
+        """
+        found = resolve_config_path(self.config, os.environ)
+        notice = paths.config_notice(found, os.environ)
+        if notice is not None:
+            typer.echo(notice, err=True)
+        return found
 
     def for_owner(self, settings: Settings) -> Settings:
         """The settings of the owner this command acts for: `--owner`, else the default owner.

@@ -154,9 +154,11 @@ def status_cmd(
     from backthink.host.status import gather
 
     c = command_context(ctx, owner)
+    config = c.config_file()
     settings = c.for_owner(c.settings())
     found = run_sync(gather(settings, settings.owner.id, at=SystemClock().now()))
     if as_json:
         print_json(found.to_json())
     else:
+        typer.echo(f"config: {config or 'built-in defaults'}")
         typer.echo(found.render(settings.owner.tz))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from backthink.cli.common import Context, run_sync
-from backthink.config import paths, resolve_config_path
+from backthink.config import paths
 from backthink.errors import BackthinkError, InputError
 from backthink.models import Language
 
@@ -140,6 +140,9 @@ def init_cmd(
     typer.echo(f"data goes to {written.data_dir}")
     found = paths.find_config(None, env, system=paths.SYSTEM_CONFIG)
     config_flag = "" if found == written.config else f"--config {written.config} "
+    if found is not None and found != written.config:
+        # Inside a checkout its own config/backthink.toml comes first: say why the flag is there.
+        typer.echo(f"note: here backthink reads {found} first; --config names the new file")
     scope = "--system" if starter.is_system_path(written.config) else "--user"
     problem = _check(written.config)
     if problem is not None:
@@ -186,9 +189,8 @@ def _scope(user: bool, system: bool) -> Any:
 
 
 def _config_path(ctx: typer.Context) -> Path:
-    from backthink.config import resolve_config_path
-
-    found = resolve_config_path(ctx.obj.config, os.environ)
+    c: Context = ctx.obj
+    found = c.config_file()
     if found is None or not found.is_file():
         raise InputError(
             f"no config file{f' at {found}' if found else ''}: write one with `backthink init`"
@@ -209,6 +211,8 @@ def service_install(
     scope = _scope(user, system)
     config = _config_path(ctx)
     ctx.obj.settings()  # a config that does not load would only fail inside the unit
+    # In a dry run every line that is not the unit is a comment, so the unit can be saved as is.
+    typer.echo(f"{'# ' if dry_run else ''}config: {config}")
     plan = service.plan_install(scope, config, os.environ)
     linger = ["loginctl", "enable-linger", service.user_name(os.environ)]
     if dry_run or not service.has_systemd():
@@ -316,8 +320,8 @@ def check(ctx: typer.Context) -> None:
     from backthink.host.checks import run_checks
 
     c: Context = ctx.obj
+    where = c.config_file()
     settings = c.settings()
-    where = resolve_config_path(c.config, os.environ)
     typer.echo(f"ok  config: {where or 'built-in defaults'}")
 
     async def go() -> None:

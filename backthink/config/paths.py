@@ -181,3 +181,26 @@ def folder_problem(folder: Path, exc: OSError) -> str:
         if part.exists() and not part.is_dir():
             return f"{part} is a file, not a folder"
     return exc.strerror or str(exc)
+
+
+def shadowed_config(found: Path | None, env: Mapping[str, str]) -> Path | None:
+    """The user's own config file when a checkout's `config/backthink.toml` is read instead.
+
+    Inside a clone, `./config/backthink.toml` comes first in the search order, so a
+    config that `backthink init` wrote for the user is silently not read there.
+    """
+    if found is None or found != CHECKOUT_CONFIG.absolute():
+        return None
+    mine = user_config_path(env)
+    return mine if mine.is_file() and mine != found else None
+
+
+def config_notice(found: Path | None, env: Mapping[str, str]) -> str | None:
+    """One line for a command that reads `found`, when a checkout's config shadows the user's."""
+    mine = shadowed_config(found, env)
+    if mine is None:
+        return None
+    return (
+        f"note: reading this checkout's {found}, not your {mine}: "
+        f"it comes first inside the checkout; pass --config {mine} to use yours"
+    )
