@@ -10,9 +10,13 @@ newcomer's hands.
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+
+from backthink.cli.root import app
+from backthink.config import ApiSettings, GateSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = sorted(
@@ -69,3 +73,34 @@ def test_every_module_a_document_names_exists(doc: str) -> None:
     files = python_files()
     missing = sorted({name for where, name in named(BARE) if where == doc and name not in files})
     assert missing == [], f"{doc} names modules that do not exist: {missing}"
+
+
+def _minutes(value: timedelta) -> str:
+    return f"{int(value.total_seconds() // 60)} min"
+
+
+@pytest.mark.parametrize(
+    ("doc", "key", "default"),
+    [
+        ("README.md", "gate.activity_window", _minutes(GateSettings().activity_window)),
+        ("README.md", "api.seen_window", _minutes(ApiSettings().seen_window)),
+        ("docs/api.md", "gate.activity_window", _minutes(GateSettings().activity_window)),
+    ],
+)
+def test_a_default_the_docs_state_is_the_code_default(doc: str, key: str, default: str) -> None:
+    """Where a document gives a setting's default beside its name, it is the code's default."""
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    stated = re.findall(rf"`{re.escape(key)}` \((\d+ min)\)", text)
+    assert stated, f"{doc} no longer states the default of {key}"
+    assert set(stated) == {default}
+
+
+def test_the_readme_lists_every_command_and_no_other() -> None:
+    """The README's command table names each command of `backthink --help`, groups included."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = [line.split("|")[1] for line in readme.splitlines() if line.startswith("| `backthink ")]
+    listed = {name for cell in rows for name in re.findall(r"`backthink ([a-z]+)", cell)}
+    commands = {c.name for c in app.registered_commands} | {
+        g.name for g in app.registered_groups if g.name
+    }
+    assert listed == commands
