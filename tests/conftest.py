@@ -44,13 +44,30 @@ def _snapshot(folder: Path) -> dict[str, float]:
     return {str(p): p.stat().st_mtime for p in folder.rglob("*")}
 
 
+def home_changed(folder: Path, seen: Mapping[str, float], now: Mapping[str, float]) -> str | None:
+    """What changed in one of the real user's folders during the suite, said fairly, or None.
+
+    The files are named, and the message allows that the change came from outside
+    the suite: the user's own daemon keeps writing its database while tests run.
+    """
+    changed = sorted(p for p in seen.keys() | now.keys() if seen.get(p) != now.get(p))
+    if not changed:
+        return None
+    return (
+        f"the real user's {folder} changed during the suite: {', '.join(changed[:10])}. "
+        "A test may have written there, or something outside the suite did "
+        "(your own backthink daemon or an editor): run the suite again with it stopped."
+    )
+
+
 @pytest.fixture(scope="session", autouse=True)
 def real_home_untouched() -> Iterator[None]:
     """The suite ends with the real user's config and state folders as it found them."""
     before = {folder: _snapshot(folder) for folder in REAL_FOLDERS}
     yield
     for folder, seen in before.items():
-        assert _snapshot(folder) == seen, f"a test wrote into the real user's {folder}"
+        problem = home_changed(folder, seen, _snapshot(folder))
+        assert problem is None, problem
 
 
 @pytest.fixture(autouse=True)

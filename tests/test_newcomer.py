@@ -9,6 +9,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+from conftest import home_changed
 from support.fake_openai import FakeOpenAI
 
 from backthink.config import Settings
@@ -130,3 +131,14 @@ def test_a_checkout_config_that_hides_the_users_is_named(tmp_path: Path) -> None
     elsewhere = backthink("status", cwd=tmp_path)
     assert elsewhere.stdout.splitlines()[0] == f"config: {mine}"
     assert "note:" not in elsewhere.stderr
+
+
+def test_the_real_home_guard_names_the_files_and_allows_an_outside_writer(tmp_path: Path) -> None:
+    """The suite's guard names what changed and says a daemon outside the suite may be why."""
+    folder = tmp_path / "state" / "backthink"
+    db = str(folder / "backthink.db")
+    assert home_changed(folder, {db: 1.0}, {db: 1.0}) is None
+    problem = home_changed(folder, {db: 1.0}, {db: 2.0, db + "-wal": 2.0})
+    assert problem is not None
+    assert f"{db}, {db}-wal" in problem
+    assert "your own backthink daemon" in problem
