@@ -9,7 +9,8 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from conftest import home_changed
+import pytest
+from conftest import DaemonProcess, Workdir, home_changed
 from support.fake_openai import FakeOpenAI
 
 from backthink.config import Settings
@@ -142,3 +143,21 @@ def test_the_real_home_guard_names_the_files_and_allows_an_outside_writer(tmp_pa
     assert problem is not None
     assert f"{db}, {db}-wal" in problem
     assert "your own backthink daemon" in problem
+
+
+@pytest.mark.slow
+def test_daemon_started_lists_the_configured_channels(workdir: Workdir) -> None:
+    """With the API on and no client yet, `daemon.started` still names the channels configured."""
+    workdir.write_config(
+        '[api]\nlisten = "127.0.0.1:0"\n'
+        '[channels.web]\ntype = "web"\n'
+        '[channels.hook]\ntype = "webhook"\nurl = "http://127.0.0.1:9/hook"\n'
+        "[schedule]\nstartup_greeting = false\n"
+    )
+    daemon = DaemonProcess(workdir, dict(workdir.env))
+    try:
+        started = daemon.wait_for("daemon.started")
+    finally:
+        daemon.stop()
+    assert started["channels"] == ["web", "hook"]
+    assert started["connected"] == ["hook"]

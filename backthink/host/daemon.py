@@ -265,7 +265,10 @@ class Daemon:
             heartbeat_s=s.schedule.heartbeat.total_seconds(),
             quiet_heartbeat_s=s.schedule.quiet_heartbeat.total_seconds(),
             cron=s.schedule.cron or None,
-            channels=first.thinker.connected() if first is not None else [],
+            # Every configured channel, and those that could deliver this instant: with the
+            # API on, the session channel connects only once a client watches it.
+            channels=list(s.channels),
+            connected=first.thinker.connected() if first is not None else [],
             model=s.model.name if model else None,
         )
         if model is None:
