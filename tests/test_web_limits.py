@@ -28,6 +28,7 @@ from backthink.web import WebServer, start_web
 
 CAP = 4
 IDLE_S = 0.5  # seconds: the idle timeout these tests run the page with
+REQUEST_S = 1.0  # seconds: how long these tests give a request to arrive whole
 WAIT_S = 10.0  # seconds any one read may take on a loaded machine
 
 
@@ -43,7 +44,7 @@ async def page() -> AsyncIterator[WebServer]:
         }
     )
     app = build_app(settings, model=ScriptedModel(), clock=FakeClock(), persona_prompt="你好")
-    server = await start_web(app, "o", max_connections=CAP, idle_s=IDLE_S)
+    server = await start_web(app, "o", max_connections=CAP, idle_s=IDLE_S, request_s=REQUEST_S)
     try:
         yield server
     finally:
@@ -76,7 +77,7 @@ async def test_connections_past_the_cap_are_answered_503_and_closed(page: WebSer
 async def test_idle_and_trickling_connections_are_closed_then_the_page_serves(
     page: WebServer,
 ) -> None:
-    """A silent connection and one trickling half a request are closed after the idle time."""
+    """A silent connection is closed after the idle time, one trickling its headers answered 408."""
     silent_reader, silent_writer = await _open(page.url)
     trickle_reader, trickle_writer = await _open(page.url)
     started = time.perf_counter()
@@ -94,12 +95,57 @@ async def test_idle_and_trickling_connections_are_closed_then_the_page_serves(
 
     dribbling = asyncio.create_task(trickle())
     assert await _closed_by_server(silent_reader) == b""
-    assert await _closed_by_server(trickle_reader) == b""
+    assert (await _closed_by_server(trickle_reader)).startswith(b"HTTP/1.1 408 ")
     took = time.perf_counter() - started
     dribbling.cancel()
-    assert took < 8 * IDLE_S  # closed at the idle time, not held open
+    assert took < 8 * REQUEST_S  # closed at the request's deadline, not held open
     silent_writer.close()
     trickle_writer.close()
+    async with httpx2.AsyncClient() as client:
+        response = await client.get(page.url, timeout=WAIT_S)
+    assert response.status_code == 200
+
+
+async def test_a_body_sent_a_byte_at_a_time_is_answered_408_and_frees_its_slot(
+    page: WebServer,
+) -> None:
+    """Headers whole, then a body at a trickle: 408 at the deadline, every slot free again."""
+    body = b"for=" + b"1" * 200
+    host = page.url.removeprefix("http://").rstrip("/").encode()
+    writers = []
+    readers = []
+    for _ in range(CAP):
+        reader, writer = await _open(page.url)
+        writer.write(
+            b"POST /pause HTTP/1.1\r\nhost: %s\r\norigin: %s\r\n"
+            b"content-type: application/x-www-form-urlencoded\r\ncontent-length: %d\r\n\r\n"
+            % (host, page.url.rstrip("/").encode(), len(body))
+        )
+        readers.append(reader)
+        writers.append(writer)
+
+    async def trickle(writer: asyncio.StreamWriter) -> None:
+        for byte in body:
+            if writer.is_closing():
+                return
+            writer.write(bytes([byte]))
+            try:
+                await writer.drain()
+            except ConnectionError:
+                return
+            await asyncio.sleep(REQUEST_S / 10)
+
+    dribbling = [asyncio.create_task(trickle(w)) for w in writers]
+    started = time.perf_counter()
+    answers = [await _closed_by_server(r) for r in readers]
+    took = time.perf_counter() - started
+    for task in dribbling:
+        task.cancel()
+    assert all(a.startswith(b"HTTP/1.1 408 ") for a in answers), answers
+    assert took < 8 * REQUEST_S
+    for writer in writers:
+        writer.close()
+    # Every slot was held by a slow body; all are free again for a plain request.
     async with httpx2.AsyncClient() as client:
         response = await client.get(page.url, timeout=WAIT_S)
     assert response.status_code == 200

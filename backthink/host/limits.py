@@ -7,8 +7,10 @@ pokes went unanswered and the event loop logged each failed accept, hundreds
 of thousands of lines. So the page and the API keep at most a share of the
 descriptors (`listener_bounds`); a connection past the cap is answered 503 and closed at
 once; a connection that has no request under way for `IDLE_S` is closed,
-however slowly it trickles bytes; and refusals are logged once a minute with
-their count, never one line per connection.
+however slowly it trickles bytes; a request whose headers and body are not
+all in within `REQUEST_S` of its first byte is answered 408 and closed, so a
+body sent a byte a second holds no slot; and refusals are logged once a
+minute with their count, never one line per connection.
 """
 
 from __future__ import annotations
@@ -28,10 +30,16 @@ PAGE_CONNECTIONS: Final = 64  # connections the page alone holds open at most
 API_CONNECTIONS: Final = 256
 DESCRIPTOR_SHARE: Final = 4  # a listener holds at most a quarter of the process's descriptors
 IDLE_S: Final = 10.0  # seconds a connection may stay open with no request under way
+REQUEST_S: Final = 10.0  # seconds from a request's first byte until its body must be all in
 BACKLOG: Final = 128  # connections queued by the kernel, and accepted in one go, at most
 _REFUSAL: Final = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\n"
     b"content-length: 21\r\nconnection: close\r\n\r\ntoo many connections\n"
+)
+_TOO_SLOW_BODY: Final = b'{"error": "the request did not arrive in time"}\n'
+_TOO_SLOW: Final = (
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+    b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(_TOO_SLOW_BODY), _TOO_SLOW_BODY)
 )
 
 
@@ -59,12 +67,33 @@ def listener_bounds(maximum: int = PAGE_CONNECTIONS) -> Bounds:
     return Bounds(held, max(1, min(BACKLOG, share - held)))
 
 
-def bounded_protocol(*, cap: int, idle_s: float, storm: StormLog) -> type[H11Protocol]:
-    """uvicorn's h11 protocol, with the connection cap and the idle timeout of one server."""
+def bounded_protocol(
+    *, cap: int, idle_s: float, storm: StormLog, request_s: float = REQUEST_S
+) -> type[H11Protocol]:
+    """uvicorn's h11 protocol, with the connection cap and the timeouts of one server.
+
+    Args:
+        cap: connections held at most; one more is answered 503 and closed.
+        idle_s: seconds a connection may wait with no request under way.
+        storm: where refusals are counted and logged once a minute.
+        request_s: seconds from a request's first byte until its headers and
+            body are all in; past it the request is answered 408 and closed.
+    """
 
     class Bounded(H11Protocol):
         _idle: asyncio.TimerHandle | None = None
         _idle_since = 0.0
+        _request_began: float | None = None
+        """When the first byte of the request now arriving came in (None: none is arriving)."""
+
+        _answered = False
+        """The request now arriving was answered already (before its body was all in)."""
+
+        def data_received(self, data: bytes) -> None:
+            if data and self._request_began is None and not self._serving():
+                self._request_began = self.loop.time()
+                self._answered = False
+            super().data_received(data)
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             if len(self.connections) >= cap:
@@ -81,7 +110,23 @@ def bounded_protocol(*, cap: int, idle_s: float, storm: StormLog) -> type[H11Pro
 
         def on_response_complete(self) -> None:
             self._idle_since = self.loop.time()
+            cycle = self.cycle
+            if cycle is not None and cycle.more_body:
+                # Answered before its body was all in (a refusal): the rest of the body
+                # must still arrive in time, and is never answered a second time.
+                self._answered = True
+            else:
+                self._request_began = None
             super().on_response_complete()
+
+        def _serving(self) -> bool:
+            """A request is all in and the app is answering it: its time, not the client's."""
+            cycle = self.cycle
+            return cycle is not None and not cycle.more_body and not cycle.response_complete
+
+        def _arriving(self) -> bool:
+            """Bytes of a request came in and its headers or body are not all in yet."""
+            return self._request_began is not None and not self._serving()
 
         def connection_lost(self, exc: Exception | None) -> None:
             if self._idle is not None:
@@ -92,6 +137,22 @@ def bounded_protocol(*, cap: int, idle_s: float, storm: StormLog) -> type[H11Pro
         def _check_idle(self) -> None:
             self._idle = None
             if self.transport.is_closing():
+                return
+            if self._arriving():
+                assert self._request_began is not None
+                late = self.loop.time() - self._request_began
+                if late >= request_s:
+                    # However slowly it trickles, a request holds its slot for request_s.
+                    cycle = self.cycle
+                    unanswered = (
+                        cycle is None or cycle.response_complete or not cycle.response_started
+                    )
+                    if unanswered and not self._answered:
+                        with contextlib.suppress(Exception):
+                            self.transport.write(_TOO_SLOW)
+                    self.transport.close()
+                    return
+                self._idle = self.loop.call_later(request_s - late, self._check_idle)
                 return
             busy = self.cycle is not None and not self.cycle.response_complete
             waited = self.loop.time() - self._idle_since

@@ -19,7 +19,13 @@ from starlette.types import ASGIApp
 
 from backthink.errors import BackthinkError
 from backthink.host.descriptors import StormLog
-from backthink.host.limits import IDLE_S, PAGE_CONNECTIONS, bounded_protocol, listener_bounds
+from backthink.host.limits import (
+    IDLE_S,
+    PAGE_CONNECTIONS,
+    REQUEST_S,
+    bounded_protocol,
+    listener_bounds,
+)
 
 log = structlog.get_logger("backthink.serving")
 
@@ -65,6 +71,7 @@ async def serve(
     fields: Mapping[str, object] | None = None,
     max_connections: int = PAGE_CONNECTIONS,
     idle_s: float = IDLE_S,
+    request_s: float = REQUEST_S,
 ) -> HttpServer:
     """Listen on `address` and serve `app` until `stop`; log each `ready` event once it does.
 
@@ -72,7 +79,8 @@ async def serve(
     has few descriptors: see `backthink.host.limits`); one past them is
     answered 503 and closed at once, and each is closed once it has had no
     request under way for `idle_s` seconds (an event stream is a request under
-    way). `fields` go into the ready lines beside the URL.
+    way); a request not all in within `request_s` of its first byte is
+    answered 408 and closed. `fields` go into the ready lines beside the URL.
 
     `key` and `listen` name the setting in errors (`web.listen '...'`).
 
@@ -99,6 +107,7 @@ async def serve(
         http=bounded_protocol(
             cap=bounds.connections,
             idle_s=idle_s,
+            request_s=request_s,
             storm=StormLog(f"{key.partition('.')[0]}.connections_refused"),
         ),
         # The protocol refuses connections past the cap; uvicorn's own bound counts the

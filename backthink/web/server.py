@@ -23,7 +23,7 @@ from backthink.decision.reply import read_reply
 from backthink.errors import BackthinkError, InputError, StoreError
 from backthink.host.app import App
 from backthink.host.fleet import Fleet
-from backthink.host.limits import IDLE_S, PAGE_CONNECTIONS
+from backthink.host.limits import IDLE_S, PAGE_CONNECTIONS, REQUEST_S
 from backthink.host.live import Live, LiveStatus
 from backthink.host.serving import HttpServer, serve
 from backthink.host.status import NOT_CONFIGURED, Status, model_health, owner_status
@@ -322,6 +322,7 @@ async def start_web(
     live: Live | None = None,
     max_connections: int = PAGE_CONNECTIONS,
     idle_s: float = IDLE_S,
+    request_s: float = REQUEST_S,
 ) -> HttpServer:
     """Listen on `web.listen` and serve the page until `stop` (bounded as `serve` says).
 
@@ -340,6 +341,7 @@ async def start_web(
         fields={"token": web.secret is not None},
         max_connections=max_connections,
         idle_s=idle_s,
+        request_s=request_s,
     )
 
 
