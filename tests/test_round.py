@@ -93,6 +93,17 @@ async def test_request_order_and_placement() -> None:
     model.assert_complete()
 
 
+async def test_the_dry_run_shows_the_request_the_round_sends() -> None:
+    """`think --dry-run` and the round build one request: the same messages, byte for byte."""
+    store = VolatileMessageStore()
+    await seed(store, [("user", "早", None), ("assistant", "早上好", "aglaea")])
+    model = ScriptedModel("[我决定:no_push]")
+    thinker, _ = make(model, store=store, state=RoundState(updated_at=T0, notes=["在图书馆"]))
+    shown = await thinker.prepare("o", "heartbeat")
+    await thinker.run_round("o", "heartbeat")
+    assert model.calls == [shown.messages]
+
+
 async def test_recent_window_is_limited() -> None:
     """Only the last prompt.recent_messages messages are sent, oldest first."""
     store = VolatileMessageStore()

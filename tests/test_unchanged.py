@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -17,6 +18,7 @@ from backthink.models import (
     Outcome,
     RoundState,
     ScheduleItem,
+    StateReading,
 )
 from backthink.records import RoundRecord
 from backthink.round.unchanged import part_of_day
@@ -32,13 +34,16 @@ BEAT = timedelta(minutes=30)
 
 
 def settings(
-    timezone: str = "Asia/Shanghai", gate: dict[str, object] | None = None, **schedule: object
+    timezone: str = "Asia/Shanghai",
+    gate: dict[str, object] | None = None,
+    prompt: dict[str, object] | None = None,
+    **schedule: object,
 ) -> Settings:
     return Settings.model_validate(
         {
             "owner": {"id": "o", "name": "开拓者", "timezone": timezone},
             "persona": {"id": "cyrene", "name": "昔涟"},
-            "prompt": {"dir": str(PROMPTS)},
+            "prompt": {"dir": str(PROMPTS), **(prompt or {})},
             "gate": {"default_channel": "web", "quiet_hours": "", **(gate or {})},
             "schedule": schedule,
         }
@@ -46,18 +51,20 @@ def settings(
 
 
 async def rig_at(
-    at: datetime, *replies: str, s: Settings | None = None, state: RoundState | None = None
+    at: datetime,
+    *replies: str,
+    s: Settings | None = None,
+    state: RoundState | StaticState | None = None,
+    history: Sequence[tuple[str, str, str | None]] = (
+        ("user", "今天好累", None),
+        ("assistant", "辛苦了", "cyrene"),
+    ),
 ) -> tuple[Rig, ScriptedModel]:
     model = ScriptedModel(*replies)
-    rig = make_rig(
-        s or settings(), model=model, state=StaticState(state), persona_prompt="你是昔涟。"
-    )
+    provider = state if isinstance(state, StaticState) else StaticState(state)
+    rig = make_rig(s or settings(), model=model, state=provider, persona_prompt="你是昔涟。")
     rig.clock.set(at)
-    await seed_history(
-        rig.messages,
-        [("user", "今天好累", None), ("assistant", "辛苦了", "cyrene")],
-        start=at - timedelta(hours=3),
-    )
+    await seed_history(rig.messages, history, start=at - timedelta(hours=3))
     return rig, model
 
 
@@ -168,6 +175,43 @@ async def test_a_new_journal_thought_asks_again() -> None:
     rig.clock.advance(BEAT)
     assert outcome(await beat(rig)) == ("suppressed", "no_push")
     assert len(model.calls) == 2
+
+
+class CountedState(StaticState):
+    """A state provider that counts its reads: one read per request built."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    def read(self, at: datetime) -> StateReading:
+        self.reads += 1
+        return super().read(at)
+
+
+async def test_a_silent_heartbeat_builds_its_request_once() -> None:
+    """The next beat's digest is hashed from the request already built, not from a second one."""
+    counted = CountedState()
+    rig, _model = await rig_at(T0, NO_PUSH, state=counted)
+    assert outcome(await beat(rig)) == ("suppressed", "no_push")
+    assert counted.reads == 1
+    rig.clock.advance(BEAT)
+    assert outcome(await beat(rig)) == ("skipped", "unchanged")
+
+
+async def test_a_kept_thought_that_crowds_out_old_history_is_nothing_new() -> None:
+    """The history cut moving to make room for the journal does not make a beat ask again."""
+    thought = "今天" + "想了很多事情，" * 40 + "\n[我决定:no_push]"
+    told = [("user", f"第{i}件事：" + "今天的课很难懂。" * 20, None) for i in range(12)]
+    rig, _model = await rig_at(T0, thought, s=settings(prompt={"max_chars": 2_400}), history=told)
+    first = await beat(rig)
+    assert outcome(first) == ("suppressed", "no_push")
+    trimmed = [note for note in first.notes if note.startswith("history_trimmed")]
+    # The thought now in the journal leaves less room: the next request drops more history.
+    rig.clock.advance(BEAT)
+    after = await rig.thinker.prepare("o", "heartbeat")
+    assert trimmed and trimmed[0] not in after.notes
+    assert outcome(await beat(rig)) == ("skipped", "unchanged")
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,7 @@
 """The record of a round: one row in the audit log and one canonical log line, always.
 
+`assemble` is the only place a round that ran here is made into its record,
+from the stages it reached (`backthink.round.stages`), whichever way it left.
 `Recorder.save` is the only place a round record is written, whether the
 round just ended or its delivery was finished by the next start. A record the
 database refuses (locked past the busy timeout, read-only, deleted, the disk
@@ -10,45 +12,24 @@ next chance.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import structlog
 
 from backthink.delivery.dispatcher import DeliveryResult
 from backthink.errors import BackthinkError, StoreError
-from backthink.models import Decision, MemoryRef, Outcome, Reason, Trigger
+from backthink.models import Outcome, Reason, Trigger
 from backthink.ports import RoundStore
-from backthink.records import Delivery, ModelReply, RoundRecord, ToolUse
+from backthink.records import Delivery, RoundRecord
 from backthink.round.spill import Spill, disk_full
+from backthink.round.stages import Exit, Trail
 
 log = structlog.get_logger("backthink.round")
 
 RESUMED_NOTE = "delivery completed after a restart"
 INTERRUPTED_NOTE = "cut off by shutdown before it ended"
 UNKNOWN_TRIGGER = "unknown"  # a delivery row from before rows named their trigger
-
-
-@dataclass(frozen=True)
-class Ending:
-    """How a round ended, with what it learned on the way."""
-
-    outcome: Outcome
-    reason: str
-    decision: Decision | None = None
-    reply: ModelReply | None = None
-    channel: str | None = None
-    notes: tuple[str, ...] = ()
-    tools: tuple[ToolUse, ...] = ()
-    recalled: tuple[MemoryRef, ...] = ()
-    digest: str | None = None
-    """What the request said, hashed; set once the round calls the model."""
-    offered: tuple[str, ...] = ()
-
-    def ended(self, outcome: Outcome, reason: str, *, note: str | None = None) -> Ending:
-        """This round's knowledge, ending as `outcome`/`reason`, with one more note if given."""
-        notes = self.notes if note is None else (*self.notes, note)
-        return replace(self, outcome=outcome, reason=reason, notes=notes)
 
 
 @dataclass(frozen=True)
@@ -84,18 +65,27 @@ def bounded(text: str | None, limit: int | None) -> str | None:
     return text[:head] + marker + (text[len(text) - tail :] if tail else "")
 
 
-def round_record(
-    start: RoundStart, ending: Ending, *, finished: datetime, max_reply_chars: int | None = None
+def assemble(
+    start: RoundStart,
+    left: Exit,
+    trail: Trail,
+    *,
+    finished: datetime,
+    max_reply_chars: int | None = None,
 ) -> RoundRecord:
-    """The audit record of a round that ran in this process.
+    """The audit record of a round that ran in this process, from the stages it reached.
 
-    With `max_reply_chars` (see `reply_chars`), a longer raw reply or body is
-    kept cut, with a marker and a note: what an endpoint sends past its
-    token limit must not make every page and database row of it huge.
+    Every way out of a round comes here (a delivery, a skip, a cancellation,
+    a database error, a bug), so a round keeps the same things whichever way
+    it left: the model's reply and cost, the decision, the tools, the notes
+    of every stage it reached, then the exit's own note. With
+    `max_reply_chars` (see `reply_chars`), a longer raw reply or body is kept
+    cut, with a marker and a note: what an endpoint sends past its token limit
+    must not make every page and database row of it huge.
     """
-    decision, reply = ending.decision, ending.reply
+    decision, reply = trail.decision, trail.reply
     raw = reply.text if reply else None
-    notes = list(ending.notes)
+    notes = [*trail.notes(), *((left.note,) if left.note is not None else ())]
     if raw is not None and max_reply_chars is not None and len(raw) > max_reply_chars:
         notes.append(
             f"reply_cut: kept {max_reply_chars} of {len(raw)} characters, more than "
@@ -108,23 +98,23 @@ def round_record(
         trigger=start.trigger,
         started_at=start.started,
         finished_at=finished,
-        outcome=ending.outcome,
-        reason=ending.reason,
+        outcome=left.outcome,
+        reason=left.reason,
         push=decision.push if decision else None,
         urgency=decision.urgency if decision else None,
         decided_channel=decision.channel if decision else None,
         body=bounded(body, max_reply_chars),
-        channel=ending.channel,
+        channel=trail.channel,
         model=reply.model if reply else None,
         prompt_tokens=reply.prompt_tokens if reply else None,
         completion_tokens=reply.completion_tokens if reply else None,
         latency_ms=reply.latency_ms if reply else None,
         raw_reply=bounded(raw, max_reply_chars),
         notes=notes,
-        tools=list(ending.tools),
-        recalled=list(ending.recalled),
-        digest=ending.digest,
-        offered=list(ending.offered),
+        tools=list(trail.uses),
+        recalled=list(trail.recalled),
+        digest=trail.digest,
+        offered=list(trail.offered),
     )
 
 
@@ -161,9 +151,7 @@ def unstarted_record(
     settings that stopped working, an owner that is gone) is `failed/internal_error`.
     """
     reason = Reason.STORE_ERROR if isinstance(error, StoreError) else Reason.INTERNAL_ERROR
-    return round_record(
-        start, Ending(Outcome.FAILED, reason, notes=(str(error),)), finished=finished
-    )
+    return assemble(start, Exit(Outcome.FAILED, reason, str(error)), Trail(), finished=finished)
 
 
 class Recorder:

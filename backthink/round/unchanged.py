@@ -4,9 +4,11 @@ Most heartbeats end `no_push`, and a heartbeat that sees what the previous
 silent one saw (no new message, the same state, the same journal and
 recalled items, the same part of the same day) would pay for the same
 question again. Each round that calls the model keeps a digest of what its
-request said that can change between beats; a heartbeat that ends `no_push`
-keeps instead the digest of what the next heartbeat will see if nothing else
-happens (its own thought is in the journal by then). A heartbeat whose
+request was built from that can change between beats (the window as read,
+the state's facts, the journal and recalled ids); a heartbeat that ends
+`no_push` keeps instead the digest of what the next heartbeat will see if
+nothing else happens (its own thought is in the journal by then), hashed
+from its own request with the memory read again, not from a second build. A heartbeat whose
 digest equals that of the owner's last round that called the model, when
 that round ended `no_push` less than `schedule.max_silence` ago, ends
 `skipped/unchanged` without a model call. Greetings, cron rounds and pokes
@@ -15,7 +17,9 @@ always ask.
 What the digest leaves out on purpose: the clock inside the part of the day
 (the request's "now" line and the exact "in 2 h" of schedule items, which
 change every beat while nothing else does), and the state's `updated_at` (a
-sync that rewrites the same facts says nothing new). An upcoming item
+sync that rewrites the same facts says nothing new), and where the history
+was cut to fit (it moves when the memory block grows, while nothing was
+said). An upcoming item
 entering or leaving the state block's 24-hour horizon does change it, and so
 does a schedule item or a time of day the conversation names coming near or
 due (`clock_mentions.lead`): a reminder that was too early an hour ago may be
@@ -31,13 +35,14 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from backthink.config import QuietHours, Settings
+from backthink.memory.block import MemoryBlock
 from backthink.memory.recollect import recollect
 from backthink.models import Outcome, Reason, StateReading, Trigger
 from backthink.ports import MemoryStore, RoundStore
 from backthink.records import RoundRecord
 from backthink.round.clock_mentions import lead, near_times
 from backthink.round.prompts import SCHEDULE_HORIZON
-from backthink.round.request import Request, RequestBuilder
+from backthink.round.request import Request
 
 PARTS_OF_DAY = ((18, "evening"), (12, "afternoon"), (6, "morning"), (0, "night"))
 """The owner's local hour each part of the day begins at, latest first."""
@@ -61,27 +66,36 @@ def part_of_day(local: datetime) -> str:
 
 
 def beat_digest(
-    request: Request, *, at: datetime, tz: ZoneInfo, quiet: QuietHours | None = None
+    request: Request,
+    *,
+    at: datetime,
+    tz: ZoneInfo,
+    quiet: QuietHours | None = None,
+    memory: MemoryBlock | None = None,
 ) -> str:
-    """A hash of what `request`, built at `at`, says that can change between beats.
+    """A hash of what `request`, built at `at`, was built from that can change between beats.
 
-    With `quiet` hours, the last `WIND_DOWN` before they begin counts as a part
-    of the day of its own: the last moment a routine message may still go out.
+    What the round read, not how it was laid out: the window as read, the
+    state's facts, the journal and recalled ids of `memory` (default: the
+    request's own). A thought kept by a round changes the journal, and with
+    it where the history is cut; hashing the reads keeps the digest of the
+    next beat computable without building its request (`next_beat_digest`).
+    With `quiet` hours, the last `WIND_DOWN` before they begin counts as a
+    part of the day of its own: the last moment a routine message may still go out.
     """
+    memory = memory if memory is not None else request.memory
     local = at.astimezone(tz)
     said: dict[str, Any] = {
         "trigger": Trigger.of(request.trigger).value,
         "date": local.date().isoformat(),
         "part": part_of_day(local),
         "winding_down": winding_down(local, quiet),
-        "window": [[m.id, m.role, m.speaker, m.text, m.image] for m in request.recent],
+        "window": [[m.id, m.role, m.speaker, m.text, m.image] for m in request.window],
         "state": _state_facts(request.state, at),
-        "journal": [m.id for m in request.memory.thoughts],
-        "recalled": [[ref.kind, ref.id] for ref in request.recalled],
+        "journal": [m.id for m in memory.thoughts],
+        "recalled": [[item.kind, item.id] for item in memory.recalled],
         "times": near_times(
-            [m.text for m in request.recent] + [t.text for t in request.memory.thoughts],
-            at=at,
-            tz=tz,
+            [m.text for m in request.window] + [t.text for t in memory.thoughts], at=at, tz=tz
         ),
     }
     text = json.dumps(said, ensure_ascii=False, sort_keys=True, default=str)
@@ -91,7 +105,6 @@ def beat_digest(
 async def next_beat_digest(
     request: Request,
     *,
-    builder: RequestBuilder,
     memories: MemoryStore | None,
     settings: Settings,
     owner_id: str,
@@ -102,11 +115,11 @@ async def next_beat_digest(
     A silent round still changes what the next one reads: it keeps its
     thought in the journal (and may have remembered a note), so the journal
     and recall are read again once it has decided. Everything else is what
-    `request` said at `at`.
+    `request` was built from at `at`; the request is not built again.
     """
     memory = await recollect(memories, settings.memory, owner_id, request.window)
-    again = builder.build(request.window, request.trigger, at, memory=memory)
-    return beat_digest(again, at=at, tz=settings.owner.tz, quiet=settings.gate.quiet_hours)
+    s = settings
+    return beat_digest(request, at=at, tz=s.owner.tz, quiet=s.gate.quiet_hours, memory=memory)
 
 
 def _state_facts(reading: StateReading, at: datetime) -> Any:
@@ -162,15 +175,9 @@ class UnchangedBeats:
     """
 
     def __init__(
-        self,
-        settings: Settings,
-        *,
-        builder: RequestBuilder,
-        memories: MemoryStore | None,
-        rounds: RoundStore | None,
+        self, settings: Settings, *, memories: MemoryStore | None, rounds: RoundStore | None
     ) -> None:
         self._settings = settings
-        self._builder = builder
         self._memories = memories
         self._rounds = rounds
 
@@ -182,29 +189,20 @@ class UnchangedBeats:
     async def silent_digest(self, request: Request, owner_id: str, at: datetime) -> str:
         """What the next heartbeat will ask if nothing happens but this silent round."""
         return await next_beat_digest(
-            request,
-            builder=self._builder,
-            memories=self._memories,
-            settings=self._settings,
-            owner_id=owner_id,
-            at=at,
+            request, memories=self._memories, settings=self._settings, owner_id=owner_id, at=at
         )
 
     async def same_as_before(
-        self, request: Request, owner_id: str, at: datetime
+        self, digest: str, trigger: str, owner_id: str, at: datetime
     ) -> RoundRecord | None:
-        """The silent round a heartbeat's `request` would ask again, or None: it asks.
+        """The silent round a heartbeat asking `digest` would ask again, or None: it asks.
 
         Raises:
             StoreError: the round log cannot be read.
         """
         schedule = self._settings.schedule
-        if self._rounds is None or not schedule.skip_unchanged or asks_every_time(request.trigger):
+        if self._rounds is None or not schedule.skip_unchanged or asks_every_time(trigger):
             return None
         return await same_silent_round(
-            self._rounds,
-            owner_id,
-            self.digest(request, at),
-            at=at,
-            max_silence=schedule.max_silence,
+            self._rounds, owner_id, digest, at=at, max_silence=schedule.max_silence
         )
