@@ -10,11 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from conftest import DaemonProcess, Workdir, home_changed
 from support.fake_openai import FakeOpenAI
 
 from backthink.config import Settings
+from backthink.errors import ModelError
 from backthink.host.checks import CheckError, run_checks
+from backthink.models import Outcome
+from backthink.testing import ScriptedModel, make_rig
 
 CLI_TIMEOUT_S = 60  # seconds for one command-line run
 
@@ -161,3 +165,21 @@ def test_daemon_started_lists_the_configured_channels(workdir: Workdir) -> None:
         daemon.stop()
     assert started["channels"] == ["web", "hook"]
     assert started["connected"] == ["hook"]
+
+
+async def test_a_failed_round_logs_its_line_as_a_warning() -> None:
+    """round.finished of a failed round is a warning; a round that stayed silent stays info."""
+    settings = Settings.model_validate(
+        {
+            "owner": {"id": "o", "timezone": "Asia/Shanghai"},
+            "gate": {"default_channel": "web", "quiet_hours": ""},
+            "schedule": {"skip_unchanged": False},
+        }
+    )
+    rig = make_rig(settings, model=ScriptedModel(ModelError("boom"), "[我决定:no_push]"))
+    with structlog.testing.capture_logs() as logs:
+        failed = await rig.thinker.run_round("o", "heartbeat")
+        silent = await rig.thinker.run_round("o", "heartbeat")
+    assert (failed.outcome, silent.outcome) == (Outcome.FAILED, Outcome.SUPPRESSED)
+    levels = [e["log_level"] for e in logs if e["event"] == "round.finished"]
+    assert levels == ["warning", "info"]

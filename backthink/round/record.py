@@ -174,7 +174,9 @@ class Recorder:
             self._keep(record, exc)
         else:
             await self.drain()
-        log.info(
+        # A failed round is a problem to look at; every other ending is the daemon's routine.
+        emit = log.warning if record.outcome is Outcome.FAILED else log.info
+        emit(
             "round.finished",
             # A poke's trigger is its own free text: only its kind is logged.
             trigger=Trigger.of(record.trigger).value,
