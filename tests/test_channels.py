@@ -8,8 +8,8 @@ import email
 import email.policy
 import hashlib
 import hmac
-import http.client
 import importlib.metadata
+import itertools
 import json
 import logging
 import signal
@@ -21,11 +21,13 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
+import httpx2
 import pytest
 from pydantic import SecretStr, TypeAdapter
 from support.webhook_receiver import Respond, WebhookReceiver
@@ -43,7 +45,7 @@ from backthink.delivery.channels import (
     sign,
     verify,
 )
-from backthink.delivery.channels.webhook import network_error
+from backthink.delivery.channels.transport import network_error
 from backthink.errors import ConfigError, DeliveryError
 from backthink.models import Urgency
 from backthink.records import OutgoingMessage
@@ -318,6 +320,85 @@ async def test_a_receiver_dribbling_its_status_line_times_out_at_timeout_s(
     assert took <= SHORT_TIMEOUT_S + 20 * normal_s + StatusDribbler.DRIP_S * 4
 
 
+class RawAnswer:
+    """A real local receiver that reads the POST, then writes what `answer` writes, as it likes."""
+
+    def __init__(self, answer: Callable[[asyncio.StreamWriter], Awaitable[None]]) -> None:
+        self.server: asyncio.Server | None = None
+        self.closed = asyncio.Event()
+        self._answer = answer
+
+    async def __aenter__(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/hook"
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            await self._answer(writer)
+        except ConnectionError:
+            pass
+        finally:
+            self.closed.set()
+            writer.close()
+
+
+def endless(head: bytes, piece: bytes) -> Callable[[asyncio.StreamWriter], Awaitable[None]]:
+    """An answer that writes `head`, then `piece` again and again, as fast as it is taken."""
+
+    async def write(writer: asyncio.StreamWriter) -> None:
+        writer.write(head)
+        while True:
+            writer.write(piece)
+            await writer.drain()
+
+    return write
+
+
+async def test_an_endless_answer_body_is_never_read() -> None:
+    """A 2xx is delivered at its headers: a body of any size, sent at any pace, is not read."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000000\r\n\r\n"
+    receiver = RawAnswer(endless(head, b"x" * 65_536))
+    async with receiver as url:
+        await within(webhook(url).send(outgoing()), seconds=AWAIT_TIMEOUT_S / 2)
+        await within(receiver.closed.wait())
+
+
+async def test_endless_headers_are_refused_before_the_deadline() -> None:
+    """Headers past the parser's bound fail as an invalid answer, long before timeout_s."""
+    receiver = RawAnswer(endless(b"HTTP/1.1 200 OK\r\n", b"X-Pad: " + b"a" * 1000 + b"\r\n"))
+    async with receiver as url:
+        started = time.monotonic()
+        with pytest.raises(DeliveryError) as caught:
+            await within(webhook(url, timeout_s=AWAIT_TIMEOUT_S).send(outgoing()))
+        assert time.monotonic() - started < AWAIT_TIMEOUT_S / 2
+        await within(receiver.closed.wait())
+    assert caught.value.retryable is True
+    assert caught.value.detail.startswith("invalid HTTP answer")
+
+
+class NoThreads(ThreadPoolExecutor):
+    """The event loop's executor, refusing work: whatever is handed to a thread fails the test."""
+
+    def submit(self, fn: Callable[..., T], /, *args: object, **kwargs: object) -> Future[T]:
+        raise AssertionError(f"handed to a thread: {fn!r}")
+
+
+async def test_an_attempt_runs_on_the_event_loop_alone(receiver: WebhookReceiver) -> None:
+    """Sending, timing out and failing start no thread: the loop keeps the deadline."""
+    asyncio.get_running_loop().set_default_executor(NoThreads())
+    await within(webhook(receiver.url).send(outgoing()))
+    receiver.script(Respond(200, delay_s=AWAIT_TIMEOUT_S))
+    with pytest.raises(DeliveryError) as caught:
+        await within(webhook(receiver.url, timeout_s=SHORT_TIMEOUT_S).send(outgoing()))
+    assert caught.value.detail.startswith("timed out after 0.3s")
+    assert len(receiver.received) == 2
+
+
 async def test_connection_refused_is_retryable() -> None:
     """Nobody listening on the port fails with a retryable "connection refused"."""
     channel = webhook(f"http://127.0.0.1:{closed_port()}/hook")
@@ -336,22 +417,43 @@ async def test_dropped_connection_is_retryable(receiver: WebhookReceiver) -> Non
     assert caught.value.detail.startswith("connection closed without an answer")
 
 
+def chained(*errors: BaseException) -> BaseException:
+    """The first error, each raised from the next, as httpx2 raises its own from the socket's."""
+    for outer, inner in itertools.pairwise(errors):
+        outer.__cause__ = inner
+    return errors[0]
+
+
+ALL_FAILED = "All connection attempts failed"  # the OSError anyio raises over each address's
+
+
 @pytest.mark.parametrize(
-    ("error", "detail"),
+    ("errors", "detail"),
     [
-        (urllib.error.URLError(socket.gaierror(-2, "Name or service not known")), "could not"),
-        (urllib.error.URLError(ConnectionRefusedError(111, "refused")), "connection refused"),
-        (ConnectionResetError(104, "reset by peer"), "connection reset"),
-        (http.client.RemoteDisconnected("closed"), "connection closed without an answer"),
-        (TimeoutError("timed out"), "timed out after 10s"),
-        (urllib.error.URLError(TimeoutError("timed out")), "timed out after 10s"),
-        (urllib.error.URLError(ssl.SSLCertVerificationError("bad cert")), "TLS certificate"),
-        (http.client.BadStatusLine("junk"), "invalid HTTP answer"),
-        (OSError(101, "Network is unreachable"), "network error (OSError)"),
+        ((httpx2.ConnectError(""), OSError(ALL_FAILED), socket.gaierror(-2, "?")), "could not"),
+        ((httpx2.ConnectError(""), OSError(ALL_FAILED), ConnectionRefusedError()), "connection r"),
+        (
+            (
+                httpx2.ConnectError(""),
+                OSError(ALL_FAILED),
+                ExceptionGroup("all", [ConnectionRefusedError(), ConnectionRefusedError()]),
+            ),
+            "connection refused",
+        ),
+        ((httpx2.ReadError(""), ConnectionResetError(104, "reset")), "connection reset"),
+        ((httpx2.RemoteProtocolError("Server disconnected"),), "connection closed without"),
+        ((TimeoutError("timed out"),), "timed out after 10s"),
+        ((httpx2.ReadTimeout("slow"),), "timed out after 10s"),
+        ((httpx2.ConnectError(""), ssl.SSLCertVerificationError("bad cert")), "TLS certificate"),
+        ((httpx2.RemoteProtocolError("bad"), ValueError("illegal status line")), "invalid HTTP"),
+        ((httpx2.ConnectError(""), OSError(101, "Network is unreachable")), "network error (O"),
     ],
 )
-def test_network_failures_are_retryable_one_liners(error: BaseException, detail: str) -> None:
+def test_network_failures_are_retryable_one_liners(
+    errors: tuple[BaseException, ...], detail: str
+) -> None:
     """DNS, TLS, reset and other network failures map to short retryable errors."""
+    error = chained(*errors)
     mapped = network_error("phone", error, timeout_s=10, target="https://example.org:443")
     assert mapped.retryable is True
     assert mapped.detail.startswith(detail)

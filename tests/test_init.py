@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.resources
 import os
 import stat
 import subprocess
@@ -10,6 +12,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import tzlocal.unix
 from conftest import CLI_TIMEOUT_S, DETECT_PORTS, NO_SERVER_PORT
 from support.fake_openai import FakeOpenAI
 
@@ -224,3 +227,70 @@ def test_configs_written_elsewhere_keep_their_own_data(home: Path, tmp_path: Pat
     backthink(*flags, "--data", str(tmp_path / "shared"), cwd=tmp_path, env=env)
     text = (tmp_path / "c.toml").read_text(encoding="utf-8")
     assert tomllib.loads(text)["daemon"]["socket"] == str(tmp_path / "shared/backthink.sock")
+
+
+# --- the local time zone --------------------------------------------------------------
+
+
+def zone_file(name: str) -> bytes:
+    """The compiled zone `name` from the tzdata package, not from this machine."""
+    return importlib.resources.files("tzdata").joinpath("zoneinfo", *name.split("/")).read_bytes()
+
+
+def fake_root(tmp_path: Path, *, link: str | None = None, etc_timezone: str | None = None) -> Path:
+    """A root folder whose /etc/localtime links to `link` and /etc/timezone says `etc_timezone`."""
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    if etc_timezone is not None:
+        (root / "etc/timezone").write_text(etc_timezone + "\n", encoding="ascii")
+    if link is not None:
+        target = root / "usr/share/zoneinfo" / link
+        target.parent.mkdir(parents=True)
+        target.write_bytes(zone_file(link))
+        (root / "etc/localtime").symlink_to(os.path.relpath(target, root / "etc"))
+    return root
+
+
+def zone_under(root: Path) -> str:
+    """What init would write as the time zone of a machine whose files are under `root`."""
+    from backthink.config.starter import local_timezone
+
+    return local_timezone(functools.partial(tzlocal.unix._get_localzone_name, _root=str(root)))
+
+
+@pytest.mark.parametrize(
+    ("link", "etc_timezone", "zone"),
+    [
+        ("Asia/Shanghai", "Europe/London", "Asia/Shanghai"),
+        ("Asia/Shanghai", "Asia/Shanghai", "Asia/Shanghai"),
+        (None, "Europe/London", "Europe/London"),
+        ("Etc/UTC", None, "UTC"),
+        (None, "Mars/Olympus", "UTC"),
+        (None, None, "UTC"),
+    ],
+)
+def test_the_localtime_link_wins_over_a_stale_etc_timezone(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    link: str | None,
+    etc_timezone: str | None,
+    zone: str,
+) -> None:
+    """The /etc/localtime link names the zone before /etc/timezone; nothing known is UTC."""
+    monkeypatch.delenv("TZ", raising=False)
+    assert zone_under(fake_root(tmp_path, link=link, etc_timezone=etc_timezone)) == zone
+
+
+@pytest.mark.parametrize("tz", ["Europe/Berlin", "FILE"])
+def test_init_takes_the_zone_from_tz(home: Path, tmp_path: Path, tz: str) -> None:
+    """$TZ, a zone name or a zone file's path, is the zone init writes, whatever the machine's."""
+    if tz == "FILE":
+        path = tmp_path / "zones/Europe/Berlin"
+        path.parent.mkdir(parents=True)
+        path.write_bytes(zone_file("Europe/Berlin"))
+        tz = f":{path}"
+    env = dict(clean_env(home), TZ=tz)
+    proc = backthink("init", "--non-interactive", cwd=tmp_path, env=env)
+    config = home / ".config/backthink/backthink.toml"
+    assert config.is_file(), proc.stderr
+    assert tomllib.loads(config.read_text(encoding="utf-8"))["owner"]["timezone"] == "Europe/Berlin"

@@ -1,8 +1,16 @@
-"""The OpenAPI document of the API, served at `/v1/openapi.json` (a test keeps it in step)."""
+"""The OpenAPI document of the API, served at `/v1/openapi.json` (a test keeps it in step).
+
+The body of `POST /v1/messages` is described from the pydantic model that
+validates it, so a field added to the model shows here without a second edit.
+"""
 
 from __future__ import annotations
 
 from typing import Any
+
+from backthink.api.incoming import API_ROLES
+from backthink.api.session import CLIENT_ID_CHARS
+from backthink.store.importing import IMPORT_MAX_CHARS, IMPORT_MAX_IMAGE_CHARS, MessageInput
 
 VERSION = "1.0.0"
 
@@ -46,30 +54,46 @@ _MESSAGE = {
         },
     },
 }
-_NEW_MESSAGE = {
-    "type": "object",
-    "required": ["role", "text"],
-    "additionalProperties": False,
-    "properties": {
-        "id": {
-            "type": ["string", "integer"],
-            "maxLength": 200,
-            "description": "The chat app's own id (an integer is kept as its digits): sending it "
-            "again stores nothing new.",
-        },
-        "role": {"type": "string", "enum": ["user", "assistant"]},
-        "text": {"type": "string", "maxLength": 1_000_000},
-        "channel": {"type": "string"},
-        "speaker": {"type": "string"},
-        "image": {"type": "string"},
-        "at": {
-            "type": "string",
-            "format": "date-time",
-            "description": "Default now; without an offset, the owner's local time; a time "
-            "a little ahead is taken as now, more than 5 minutes ahead is a 400.",
-        },
+_NEW_MESSAGE_RULES: dict[str, dict[str, Any]] = {
+    "role": {"enum": list(API_ROLES)},
+    "text": {"maxLength": IMPORT_MAX_CHARS},
+    "image": {"maxLength": IMPORT_MAX_IMAGE_CHARS, "description": "An image URL or data URI."},
+    "at": {
+        "description": "Default now; without an offset, the owner's local time; a time "
+        "a little ahead is taken as now, more than 5 minutes ahead is a 400.",
     },
 }
+"""What the validators of `MessageInput` and the doors check beyond the fields' types, in the
+constants they check it with."""
+
+
+def _new_message() -> dict[str, Any]:
+    """NewMessage: the fields of `MessageInput`, the model that validates each message of a POST.
+
+    pydantic describes the fields, their types and which are required; the
+    bounds its validators keep and the doors' own rules (the roles, the chat
+    app's `id`) are added from the constants those checks use.
+    """
+    derived = MessageInput.model_json_schema()
+    properties: dict[str, Any] = {
+        "id": {
+            "type": ["string", "integer"],
+            "maxLength": CLIENT_ID_CHARS,
+            "description": "The chat app's own id (an integer is kept as its digits): sending it "
+            "again stores nothing new.",
+        }
+    }
+    for name, field in derived["properties"].items():
+        plain = {key: value for key, value in field.items() if key != "title"}
+        properties[name] = plain | _NEW_MESSAGE_RULES.get(name, {})
+    return {
+        "type": "object",
+        "required": derived["required"],
+        "additionalProperties": derived["additionalProperties"],
+        "properties": properties,
+    }
+
+
 _MESSAGES = {
     "type": "object",
     "required": ["messages"],
@@ -137,7 +161,7 @@ def document() -> dict[str, Any]:
                 "Error": _ERROR,
                 "RelayError": _RELAY_ERROR,
                 "Message": _MESSAGE,
-                "NewMessage": _NEW_MESSAGE,
+                "NewMessage": _new_message(),
                 "Messages": _MESSAGES,
             },
         },

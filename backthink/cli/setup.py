@@ -118,7 +118,7 @@ def init_cmd(
                 show_default=False,
             )
             api_key = entered or None
-        timezone = timezone or typer.prompt("Time zone", default=starter.local_timezone(env))
+        timezone = timezone or typer.prompt("Time zone", default=starter.local_timezone())
         language = language or typer.prompt(
             "Language of the prompts (zh or en)", default=starter.local_language(env)
         )
@@ -128,7 +128,7 @@ def init_cmd(
     answers = starter.Answers(
         base_url=base_url,
         model=model or starter.DEFAULT_MODEL,
-        timezone=timezone or starter.local_timezone(env),
+        timezone=timezone or starter.local_timezone(),
         language=lang,
         api_key=api_key,
         api_key_env=api_key_env,

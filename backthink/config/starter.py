@@ -13,11 +13,12 @@ import json
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import tzlocal
 from pydantic import ValidationError
 
 from backthink.config import Settings, paths, problems
@@ -28,6 +29,7 @@ from backthink.models import Language
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_MODEL = "gpt-4o-mini"
 KEY_VARIABLE = "BACKTHINK_MODEL__API_KEY"
+UTC_NAMES = frozenset({"Etc/UTC", "Etc/Universal", "UCT", "Zulu"})  # written as plain "UTC"
 _ENV_SAFE = re.compile(r"[A-Za-z0-9._~+/=:@-]*")
 
 
@@ -74,26 +76,29 @@ def data_dir_for(config: Path, env: Mapping[str, str], data: Path | None = None)
     return config.absolute().with_name(f"{config.stem}-data")
 
 
-def local_timezone(env: Mapping[str, str]) -> str:
-    """The machine's IANA zone name: $TZ, /etc/timezone, the /etc/localtime link, else UTC."""
-    candidates = [env.get("TZ", "").removeprefix(":")]
+def local_timezone(find: Callable[[], str | None] = tzlocal.get_localzone_name) -> str:
+    """The machine's IANA zone name, as tzlocal finds it; UTC when it finds none.
+
+    tzlocal reads $TZ, then the system's files. Where the /etc/localtime link
+    and /etc/timezone disagree it trusts the link: `timedatectl` changes only
+    the link, and some distributions leave a stale /etc/timezone behind.
+
+    Args:
+        find: what names the zone (tzlocal's, a fake root's in tests); None for
+            no zone configured.
+    """
     try:
-        candidates.append(Path("/etc/timezone").read_text(encoding="utf-8").strip())
-    except OSError:
-        pass
+        name = find()
+    except ZoneInfoNotFoundError:
+        # The files disagree, and /etc/timezone is not the odd one out.
+        return "UTC"
+    if not name:
+        return "UTC"
     try:
-        link = os.readlink("/etc/localtime")
-        candidates.append(link.partition("zoneinfo/")[2])
-    except OSError:
-        pass
-    for name in candidates:
-        if name and not name.startswith("/"):
-            try:
-                ZoneInfo(name)
-            except (ZoneInfoNotFoundError, ValueError):
-                continue
-            return "UTC" if name in {"Etc/UTC", "Etc/Universal", "UCT", "Zulu"} else name
-    return "UTC"
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return "UTC"
+    return "UTC" if name in UTC_NAMES else name
 
 
 def local_language(env: Mapping[str, str]) -> Language:

@@ -34,29 +34,25 @@ Answers: any 2xx is delivered. 408, 425, 429, any 5xx, timeouts and network
 errors fail with a retryable error; any other status fails for good. Each
 attempt, from connecting to the last byte of the status and headers, ends
 within the channel's ``timeout_s``: a receiver that dribbles its answer a
-byte at a time is cut off there, as one that never answers is.
+byte at a time is cut off there, as one that never answers is. The answer's
+body is never read (see `backthink.delivery.channels.transport`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import contextlib
 import hashlib
 import hmac
-import http.client
 import importlib.metadata
 import json
-import socket
-import ssl
-import urllib.error
 import urllib.parse
-import urllib.request
+from typing import TYPE_CHECKING
 
 from backthink.config import WebhookChannelSettings
-from backthink.delivery.channels.deadline import Deadline, deadline_opener
 from backthink.errors import ConfigError, DeliveryError
 from backthink.records import OutgoingMessage
+
+if TYPE_CHECKING:
+    from backthink.delivery.channels.transport import WebhookTransport
 
 SIGNATURE_HEADER = "X-Backthink-Signature"
 SIGNATURE_PREFIX = "sha256="
@@ -74,7 +70,6 @@ def _version() -> str:
 
 USER_AGENT = f"backthink/{_version()}"
 RETRYABLE_STATUSES = frozenset({408, 425, 429})  # plus every 5xx
-THREAD_GRACE_S = 1.0  # seconds past timeout_s the sending thread has to notice its deadline
 
 
 def sign(body: bytes, secret: str) -> str:
@@ -157,13 +152,14 @@ class WebhookChannel:
         self._url = urllib.parse.urlunsplit(
             (parts.scheme, netloc, parts.path or "/", parts.query, "")
         )
-        self._authorization = _basic_auth(parts)
+        self._auth = _credentials(parts)
         secret = settings.secret.get_secret_value() if settings.secret is not None else None
         if secret == "":
             # An empty HMAC key signs nothing a stranger could not sign too.
             raise ConfigError(f"channels.{name}.secret: must not be empty")
         self._secret = secret
         self._timeout_s = settings.timeout_s
+        self._transport: WebhookTransport | None = None
 
     @property
     def connected(self) -> bool:
@@ -187,8 +183,6 @@ class WebhookChannel:
         }
         if self._secret is not None:
             headers[SIGNATURE_HEADER] = sign(body, self._secret)
-        if self._authorization is not None:
-            headers["Authorization"] = self._authorization
         return headers
 
     async def send(self, message: OutgoingMessage) -> None:
@@ -203,61 +197,30 @@ class WebhookChannel:
                 the message.
         """
         body = encode_body(message)
-        deadline = Deadline()
-        # The event loop keeps the attempt's deadline, which ends the thread's work
-        # by shutting its sockets; the timeout below frees the delivery even where
-        # nothing can interrupt the thread (a host name lookup).
-        expiry = asyncio.get_running_loop().call_later(self._timeout_s, deadline.expire)
-        try:
-            async with asyncio.timeout(self._timeout_s + THREAD_GRACE_S):
-                await asyncio.to_thread(self._post, body, self.headers_for(message, body), deadline)
-        except TimeoutError:
-            raise self._timed_out() from None
-        finally:
-            expiry.cancel()
+        status = await self._http().post(body, self.headers_for(message, body))
+        if not 200 <= status < 300:
+            raise _status_error(self.name, status)
 
-    def _timed_out(self) -> DeliveryError:
-        return network_error(
-            self.name, TimeoutError(), timeout_s=self._timeout_s, target=self.target
-        )
+    def _http(self) -> WebhookTransport:
+        """The channel's transport, made at its first send.
 
-    def _post(self, body: bytes, headers: dict[str, str], deadline: Deadline) -> None:
-        request = urllib.request.Request(self._url, data=body, headers=headers, method="POST")
-        try:
-            self._exchange(deadline_opener(deadline), request)
-        except DeliveryError:
-            if deadline.expired:
-                # The sockets were shut under the read: what broke was the deadline.
-                raise self._timed_out() from None
-            raise
+        A process that builds its channels and never sends (a `status`, the
+        idle daemon) loads no HTTP client and no TLS trust store.
+        """
+        if self._transport is None:
+            from backthink.delivery.channels.transport import WebhookTransport
 
-    def _exchange(
-        self, opener: urllib.request.OpenerDirector, request: urllib.request.Request
-    ) -> None:
-        try:
-            with opener.open(request, timeout=self._timeout_s):
-                # Any 2xx: the answer's body carries nothing we need.
-                return
-        except urllib.error.HTTPError as error:
-            # The error holds the open response; close it now rather than
-            # leaving the socket to the garbage collector.
-            with contextlib.closing(error):
-                status = error.code
-            # `from None`: the chained error carries the full URL.
-            raise _status_error(self.name, status) from None
-        except (OSError, http.client.HTTPException) as error:
-            raise network_error(
-                self.name, error, timeout_s=self._timeout_s, target=self.target
-            ) from None
+            self._transport = WebhookTransport(
+                self.name, self._url, auth=self._auth, timeout_s=self._timeout_s, target=self.target
+            )
+        return self._transport
 
 
-def _basic_auth(parts: urllib.parse.SplitResult) -> str | None:
+def _credentials(parts: urllib.parse.SplitResult) -> tuple[str, str] | None:
+    """The URL's user and password, percent-decoded, or None when it names no user."""
     if parts.username is None:
         return None
-    user = urllib.parse.unquote(parts.username)
-    password = urllib.parse.unquote(parts.password or "")
-    token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
-    return f"Basic {token}"
+    return urllib.parse.unquote(parts.username), urllib.parse.unquote(parts.password or "")
 
 
 def _status_error(channel: str, status: int) -> DeliveryError:
@@ -265,47 +228,3 @@ def _status_error(channel: str, status: int) -> DeliveryError:
         return DeliveryError(channel, f"HTTP {status}: redirects are not followed", retryable=False)
     retryable = status in RETRYABLE_STATUSES or status >= 500
     return DeliveryError(channel, f"HTTP {status}", retryable=retryable)
-
-
-def network_error(
-    channel: str, error: BaseException, *, timeout_s: float, target: str = ""
-) -> DeliveryError:
-    """Map a failure to reach the receiver to a short, retryable DeliveryError.
-
-    Args:
-        channel: the channel name.
-        error: what urllib or the socket raised.
-        timeout_s: the configured timeout, for the message.
-        target: ``scheme://host:port`` to name in the detail, or "".
-
-    Returns:
-        A retryable DeliveryError whose detail is one line naming the cause.
-    """
-    cause: BaseException = error
-    # urllib wraps connection failures in URLError(reason=<the OSError>).
-    if isinstance(error, urllib.error.URLError) and isinstance(error.reason, BaseException):
-        cause = error.reason
-    suffix = f" ({target})" if target else ""
-    detail: str
-    if isinstance(cause, TimeoutError):
-        detail = f"timed out after {timeout_s:g}s"
-    elif isinstance(cause, ConnectionRefusedError):
-        detail = "connection refused"
-    elif isinstance(cause, http.client.RemoteDisconnected):
-        detail = "connection closed without an answer"
-    elif isinstance(cause, ConnectionResetError):
-        detail = "connection reset"
-    elif isinstance(cause, ConnectionError):
-        detail = "connection lost"
-    elif isinstance(cause, socket.gaierror):
-        detail = "could not resolve the host name"
-    elif isinstance(cause, ssl.SSLCertVerificationError):
-        detail = "TLS certificate not trusted"
-    elif isinstance(cause, ssl.SSLError):
-        detail = "TLS error"
-    elif isinstance(cause, http.client.HTTPException):
-        detail = "invalid HTTP answer"
-    else:
-        # Only the type: an exception's text may quote the URL.
-        detail = f"network error ({type(cause).__name__})"
-    return DeliveryError(channel, detail + suffix, retryable=True)
