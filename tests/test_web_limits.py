@@ -14,6 +14,7 @@ import json
 import socket
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx2
 import pytest
@@ -195,3 +196,37 @@ def test_idle_connections_to_the_page_leave_the_daemon_answering(
     refusals = [e for e in daemon.seen if e.get("event") == "web.connections_refused"]
     assert len(storm) <= 1 and len(refusals) <= 2, "".join(daemon.raw[-20:])
     assert all(json.loads(line) for line in daemon.raw if line.startswith("{"))
+
+
+@pytest.mark.slow
+def test_idle_connections_to_the_poke_socket_leave_the_owners_commands_answering(
+    workdir: Workdir, fake: FakeOpenAI, daemon_env: dict[str, str]
+) -> None:
+    """With 128 files and 300 idle connections on the poke socket, status and pokes answer."""
+    env = dict(
+        daemon_env,
+        BACKTHINK_SCHEDULE__HEARTBEAT="24h",
+        BACKTHINK_SCHEDULE__STARTUP_GREETING="false",
+    )
+    fake.default_reply = "[我决定:no_push]"
+    daemon = DaemonProcess(workdir, env, open_files=128)
+    idle: list[socket.socket] = []
+    try:
+        daemon.wait_for("daemon.ready")
+        sock_path = str(workdir.path / "bt.sock")
+        for _ in range(300):
+            # Connected without waiting and never written to, as a flood does.
+            connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            connection.setblocking(False)
+            connection.connect_ex(sock_path)
+            idle.append(connection)
+        daemon.wait_for("poke.connections_dropped")
+        status = asyncio.run(poke.ask_status(Path(sock_path), owner_id=None, timeout_s=10))
+        assert status is not None and status["running"] is True
+        answer = asyncio.run(poke.poke(Path(sock_path), "日程：组会", owner_id=None, timeout_s=30))
+        assert answer["reason"] == "no_push"
+    finally:
+        for connection in idle:
+            connection.close()
+        assert daemon.stop() == 0, "".join(daemon.raw)
+    assert len([e for e in daemon.seen if e.get("event") == "poke.connections_dropped"]) <= 2

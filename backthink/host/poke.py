@@ -28,6 +28,7 @@ import structlog
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from backthink.errors import BackthinkError
+from backthink.host.descriptors import StormLog
 from backthink.host.live import Live
 from backthink.records import RoundRecord
 
@@ -44,6 +45,10 @@ BAD_REQUEST = 'expected one JSON line like {"trigger": "..."}'
 PUBLIC_FIELDS = ("round_id", "trigger", "outcome", "reason", "channel", "decision")
 
 STATUS_TIMEOUT_S = 3.0  # seconds `backthink status` waits for the daemon's answer
+MAX_CONNECTIONS = 64  # connections open at once; past it the oldest idle one is dropped
+BACKLOG = 512  # connections the kernel queues before the daemon accepts them
+CONNECT_RETRY_S = 0.05  # seconds between tries while the daemon's queue is full
+CONNECT_PATIENCE_S = 5.0  # seconds a command keeps trying a full queue
 
 RunRound = Callable[[str, str], Awaitable[RoundRecord]]
 
@@ -65,10 +70,26 @@ async def serve(
         status: answers a status request for an owner (None: status requests are refused).
     """
     allowed = owners
+    # Each open connection, oldest first, and whether its request line is in (then
+    # it is being served). Past MAX_CONNECTIONS the oldest one still sending nothing
+    # is dropped, so idle connections, however many, never keep the owner's own
+    # commands out.
+    open_now: dict[asyncio.StreamWriter, bool] = {}
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(open_now) >= MAX_CONNECTIONS:
+            idle = next((w for w, serving in open_now.items() if not serving), None)
+            if idle is None:
+                _answer(writer, _refuse(f"the daemon is serving {len(open_now)} requests already"))
+                writer.close()
+                return
+            open_now.pop(idle)
+            idle.transport.abort()
+            dropped.note(asyncio.get_running_loop().time(), cap=MAX_CONNECTIONS)
+        open_now[writer] = False
         try:
             line = await _read_line(reader)
+            open_now[writer] = True
             if isinstance(line, _TooLong):
                 # Refused as soon as it is known to be too long; the rest of the line is
                 # read after the answer, so the client reads it rather than a reset.
@@ -84,15 +105,19 @@ async def serve(
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client went away; its round (if any) is recorded anyway
         finally:
+            open_now.pop(writer, None)
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
+    dropped = StormLog("poke.connections_dropped")
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale(path)
     old_umask = os.umask(0o177)
     try:
-        server = await asyncio.start_unix_server(handle, path=str(path), limit=MAX_REQUEST_BYTES)
+        server = await asyncio.start_unix_server(
+            handle, path=str(path), limit=MAX_REQUEST_BYTES, backlog=BACKLOG
+        )
     finally:
         os.umask(old_umask)
     return server
@@ -245,6 +270,24 @@ async def _discard_line(reader: asyncio.StreamReader) -> None:
         return
 
 
+async def _connect(path: Path) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Connect to the daemon's socket, trying again for a while when its queue is full.
+
+    A Unix socket whose queue is full refuses at once (EAGAIN) instead of
+    waiting as TCP does; the daemon drains it within moments, so a command
+    tries again rather than failing.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + CONNECT_PATIENCE_S
+    while True:
+        try:
+            return await asyncio.open_unix_connection(str(path))
+        except BlockingIOError:
+            if loop.time() >= deadline:
+                raise
+            await asyncio.sleep(CONNECT_RETRY_S)
+
+
 def _refuse(error: str) -> dict[str, Any]:
     log.warning("poke.refused", error=error)
     return {"error": error}
@@ -273,7 +316,7 @@ async def poke(
         BackthinkError: the daemon did not answer in time, or answered an error.
     """
     try:
-        reader, writer = await asyncio.open_unix_connection(str(path))
+        reader, writer = await _connect(path)
     except (FileNotFoundError, ConnectionRefusedError):
         raise NoDaemonError(f"no daemon is running (nothing listens on {path})") from None
     try:
@@ -308,7 +351,7 @@ async def ask_status(
     """
     try:
         async with asyncio.timeout(timeout_s):
-            reader, writer = await asyncio.open_unix_connection(str(path))
+            reader, writer = await _connect(path)
             try:
                 request = {"status": True, "owner_id": owner_id}
                 writer.write(json.dumps(request, ensure_ascii=False).encode() + b"\n")
