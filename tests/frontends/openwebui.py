@@ -304,19 +304,29 @@ class Browser:
         return found
 
     def enable_autocomplete(self) -> None:
-        """Turn autocomplete on as the admin settings page (Interface) saves it."""
+        """Turn autocomplete on: the admin's Interface settings, then the owner's own setting.
+
+        The message box asks only when both are on (the user setting
+        `promptAutocomplete` is off by default too).
+        """
         config = self.get("/api/v1/tasks/config")
         self.post("/api/v1/tasks/config/update", {**config, "ENABLE_AUTOCOMPLETE_GENERATION": True})
+        self.post("/api/v1/users/user/settings/update", {"ui": {"promptAutocomplete": True}})
 
     def autocomplete(self, model: dict[str, Any], prompt: str, chat: Chat) -> Any:
-        """What the message box asks while the owner types (`type: "general"`)."""
+        """What the message box asks while the owner types: the text so far and the branch shown."""
+        history = self.chat(chat.id)["chat"]["history"]
+        branch: list[dict[str, Any]] = []
+        current = history["currentId"]
+        while current is not None and current in history["messages"]:
+            branch.insert(0, history["messages"][current])
+            current = history["messages"][current]["parentId"]
         body = {
             "model": model["id"],
             "prompt": prompt,
-            "messages": [],
+            "messages": branch,
             "type": "general",
             "stream": False,
-            "chat_id": chat.id,
         }
         return self.post("/api/v1/tasks/auto/completions", body)
 
