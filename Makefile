@@ -68,7 +68,7 @@ $(FRONTENDS_STAMP):
 
 ## test-frontends: install a pinned Open WebUI, drive it against the relay, run the `frontends` tests
 test-frontends: $(STAMP) $(FRONTENDS_STAMP)
-	BACKTHINK_OPEN_WEBUI=$(FRONTENDS_VENV)/bin/open-webui $(BIN)/pytest -m frontends tests/frontends
+	BACKTHINK_OPEN_WEBUI=$(CURDIR)/$(FRONTENDS_VENV)/bin/open-webui $(BIN)/pytest -m frontends tests/frontends
 
 lock:
 	$(BIN)/python -m pip install --quiet pip-tools

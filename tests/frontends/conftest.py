@@ -39,7 +39,7 @@ def open_webui_executable() -> Path:
     """The `open-webui` executable of the pinned version."""
     named = os.environ.get(EXECUTABLE_ENV, "").strip()
     if named:
-        path = Path(named)
+        path = Path(named).resolve()
         assert path.is_file(), f"{EXECUTABLE_ENV}={named}: no such file"
         return path
     if not DEFAULT_EXECUTABLE.is_file():
