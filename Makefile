@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SOURCES := backthink tests bench
 
-.PHONY: run test check fmt lint typecheck bench test-live lock clean
+.PHONY: run test check fmt lint typecheck bench test-live test-frontends lock clean
 
 $(STAMP): requirements.lock pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "backthink needs Python 3.11 or newer"'
@@ -50,6 +50,25 @@ bench: $(STAMP)
 ## test-live: install the live extras, serve a small local model, run the `live` tests
 test-live: $(STAMP)
 	$(BIN)/python tests/live/run.py
+
+# Open WebUI, pinned, in a virtual environment of its own (about 3 GB): it pins
+# its own versions of many of backthink's dependencies. torch goes in first and
+# stays pinned: the CPU build this machine keeps on disk, never a CUDA one.
+FRONTENDS_VENV := .venv-frontends
+OPEN_WEBUI_VERSION := 0.12.4
+FRONTENDS_TORCH := torch==2.13.0
+FRONTENDS_STAMP := $(FRONTENDS_VENV)/.installed-open-webui-$(OPEN_WEBUI_VERSION)
+
+$(FRONTENDS_STAMP):
+	$(PYTHON) -m venv $(FRONTENDS_VENV)
+	$(FRONTENDS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(FRONTENDS_VENV)/bin/python -m pip install --quiet $(FRONTENDS_TORCH)
+	$(FRONTENDS_VENV)/bin/python -m pip install --quiet open-webui==$(OPEN_WEBUI_VERSION) $(FRONTENDS_TORCH)
+	@touch $@
+
+## test-frontends: install a pinned Open WebUI, drive it against the relay, run the `frontends` tests
+test-frontends: $(STAMP) $(FRONTENDS_STAMP)
+	BACKTHINK_OPEN_WEBUI=$(CURDIR)/$(FRONTENDS_VENV)/bin/open-webui $(BIN)/pytest -m frontends tests/frontends
 
 lock:
 	$(BIN)/python -m pip install --quiet pip-tools
