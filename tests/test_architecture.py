@@ -32,7 +32,7 @@ FLOORS: dict[str, int] = {
     "cli": 10,
 }
 # The ground floor: the shared vocabulary and the ports, one room of small modules.
-GROUND = {"models", "records", "errors", "ports", "redact", "protocol"}
+GROUND = {"models", "records", "errors", "ports", "redact", "protocol", "clock", "chat_ports"}
 # The public names kept where scripts import them from, and the package's own entry points:
 # they may import any room, and no room imports them.
 FACADE = {"backthink", "backthink.footer", "backthink.channels", "backthink.__main__"}

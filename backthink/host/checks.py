@@ -8,12 +8,12 @@ from dataclasses import dataclass
 
 from backthink.config import Settings
 from backthink.errors import BackthinkError, ModelNotConfiguredError
-from backthink.host.app import MODEL_MISSING_HINT, build_app
+from backthink.host.app import MODEL_MISSING_HINT, AppOverrides, build_app
 from backthink.model.client import OpenAIModelClient
 from backthink.model.local import find_local_servers, ports_to_ask
 from backthink.model.probe import ToolSupport, probe_tools
 from backthink.redact import redact_url
-from backthink.store import open_database
+from backthink.store import VolatileStores, open_database
 
 
 class CheckError(BackthinkError):
@@ -43,7 +43,7 @@ async def run_checks(settings: Settings) -> AsyncIterator[Checked]:
     try:
         # Wiring the app in memory loads the templates, the persona prompt and
         # every channel, exactly as a round will.
-        build_app(settings, model=None)
+        build_app(settings, VolatileStores.empty(), AppOverrides(model=None))
     except BackthinkError as exc:
         raise CheckError(f"prompts: {exc}") from None
     folder = settings.prompt.dir or "shipped with the package"
