@@ -225,8 +225,8 @@ class Rig:
     dispatcher: Dispatcher
     clock: FakeClock
     memories: MemoryStore
+    stores: VolatileStores
     state: StaticState = field(default_factory=StaticState)
-    stores: VolatileStores = field(default_factory=VolatileStores.empty)
 
     @property
     def marks(self) -> VolatileMarks:
@@ -283,8 +283,8 @@ def make_rig(
         app.dispatcher,
         clock,
         app.memories,
-        state,
         stores,
+        state,
     )
 
 

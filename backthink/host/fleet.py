@@ -312,8 +312,9 @@ async def open_fleet(
             model = model_from_settings(settings, marks=db.marks, clock=clock)
             if model is not None:
                 stack.push_async_callback(model.close)
-        spill_path = settings.database.spill_path
-        spill = Spill(spill_path) if spill_path is not None else None
+        spill = overrides.spill
+        if spill is None and settings.database.spill_path is not None:
+            spill = Spill(settings.database.spill_path)
         # Every owner's app shares the clock, the model client and the spill file.
         shared = replace(overrides, clock=clock, model=model, spill=spill)
 
