@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 from backthink.models import (
     MAIN_SESSION,
@@ -125,24 +126,36 @@ class OwnerStore(Protocol):
         ...
 
 
-ENDPOINT_MARKS = "*"
-"""The owner id under which marks of the model endpoint (not of an owner) are kept."""
+@dataclass(frozen=True)
+class EndpointKey:
+    """A model endpoint and the model asked there: what one process learns of it holds for all."""
+
+    base_url: str | None
+    model: str
+
+
+MarkKey: TypeAlias = str | EndpointKey
+"""Whose mark: an owner, by id, or a model endpoint."""
 
 
 class Marks(Protocol):
-    """Named per-owner timestamps shared by every process on the database."""
+    """Named timestamps shared by every process on the database (StoreError when it fails).
 
-    async def marked_at(self, owner_id: str, name: str) -> datetime | None:
-        """When a named per-owner mark (e.g. the last startup greeting) was set, or None."""
+    An owner's pause, a channel's cooldown and the last startup greeting are
+    kept under the owner's id; an endpoint's refusals under its `EndpointKey`.
+    """
+
+    async def marked_at(self, key: MarkKey, name: str) -> datetime | None:
+        """When the named mark of `key` was last set, or None."""
         ...
 
-    async def mark(self, owner_id: str, name: str, at: datetime) -> None:
-        """Set a named per-owner mark; it survives restarts."""
+    async def mark(self, key: MarkKey, name: str, at: datetime) -> None:
+        """Set the named mark of `key` to `at` (insert or replace); it survives restarts."""
         ...
 
 
-class RoundStore(Marks, Protocol):
-    """The audit log of rounds, and the marks beside it."""
+class RoundStore(Protocol):
+    """The audit log of rounds."""
 
     async def save(self, record: RoundRecord) -> None:
         """Store a finished round. Saving the same id twice is an error."""

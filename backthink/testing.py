@@ -10,20 +10,24 @@ import json
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from backthink.clock import ManualClock
 from backthink.config import Settings
 from backthink.delivery.dispatcher import Dispatcher
 from backthink.errors import DeliveryError, ModelError
-from backthink.host.app import build_app
+from backthink.host.app import AppOverrides, build_app
 from backthink.models import Message, RoundState, StateReading
 from backthink.ports import Channel, MemoryStore, MessageStore, ModelClient
 from backthink.records import ModelMessage, ModelReply, OutgoingMessage, ToolCall
 from backthink.round.thinker import Thinker
+from backthink.store import VolatileStores
+from backthink.store.marks import VolatileMarks
 from backthink.store.volatile import VolatileMessageStore, VolatileOutbox, VolatileRoundStore
+from backthink.store.volatile_memories import VolatileMemoryStore
 from backthink.tools import Tool
 
 __all__ = [
@@ -37,6 +41,7 @@ __all__ = [
     "VolatileMessageStore",
     "VolatileOutbox",
     "VolatileRoundStore",
+    "VolatileStores",
     "make_rig",
     "proactive_messages",
     "run_cli",
@@ -48,26 +53,16 @@ __all__ = [
 PROACTIVE_SCAN = 1000
 
 
-class FakeClock:
-    """A clock that only moves when told to."""
+# Where a FakeClock stands when a test names no instant.
+FAKE_START = datetime(2026, 11, 30, 0, 0, tzinfo=UTC)
+
+
+class FakeClock(ManualClock):
+    """The manual clock, standing at `FAKE_START` unless told otherwise."""
 
     def __init__(self, start: datetime | None = None) -> None:
-        self._now = start or datetime(2026, 11, 30, 0, 0, tzinfo=UTC)
-        if self._now.tzinfo is None:
-            raise ValueError("FakeClock needs an aware datetime")
-
-    def now(self) -> datetime:
-        """Return the current fake instant."""
-        return self._now
-
-    def advance(self, delta: timedelta) -> datetime:
-        """Move time forward and return the new instant."""
-        self._now += delta
-        return self._now
-
-    def set(self, at: datetime) -> None:
-        """Jump to an instant."""
-        self._now = at
+        """Stand at `start`, an aware instant, or at `FAKE_START`."""
+        super().__init__(start or FAKE_START)
 
 
 @dataclass(frozen=True)
@@ -230,7 +225,13 @@ class Rig:
     dispatcher: Dispatcher
     clock: FakeClock
     memories: MemoryStore
+    stores: VolatileStores
     state: StaticState = field(default_factory=StaticState)
+
+    @property
+    def marks(self) -> VolatileMarks:
+        """The marks of the rig's stores (pauses, cooldowns, refusals)."""
+        return self.stores.marks
 
 
 def make_rig(
@@ -243,42 +244,46 @@ def make_rig(
     messages: VolatileMessageStore | None = None,
     prompts_dir: Path | None = None,
     persona_prompt: str = "",
-    memories: MemoryStore | None = None,
+    memories: VolatileMemoryStore | None = None,
     tools: Sequence[Tool] = (),
 ) -> Rig:
-    """Build the app on in-memory stores; channels default to one connected sender `web`."""
+    """Build the app on in-memory stores; channels default to one connected sender `web`.
+
+    `messages` is a session seeded beforehand, `memories` a memory store of
+    the test's own (one that fails, or holds memories already).
+    """
     clock = clock or FakeClock()
     state = state or StaticState()
-    messages = messages if messages is not None else VolatileMessageStore()
-    rounds = VolatileRoundStore()
-    outbox = VolatileOutbox(messages, rounds)
+    stores = VolatileStores.empty(messages)
+    if memories is not None:
+        stores = replace(stores, memories=memories)
     senders: dict[str, Channel] = {
         c.name: c for c in (channels if channels is not None else [RecordingChannel("web")])
     }
     app = build_app(
         settings,
-        messages=messages,
-        rounds=rounds,
-        outbox=outbox,
-        model=model,
-        clock=clock,
-        state=state,
-        channels=senders,
-        prompts_dir=prompts_dir,
-        persona_prompt=persona_prompt,
-        sleep=no_sleep,
-        memories=memories,
-        tools=tools,
+        stores,
+        AppOverrides(
+            model=model,
+            clock=clock,
+            state=state,
+            channels=senders,
+            prompts_dir=prompts_dir,
+            persona_prompt=persona_prompt,
+            sleep=no_sleep,
+            tools=tools,
+        ),
     )
     return Rig(
         app.thinker,
-        messages,
-        rounds,
-        outbox,
+        stores.messages,
+        stores.rounds,
+        stores.outbox,
         senders,
         app.dispatcher,
         clock,
         app.memories,
+        stores,
         state,
     )
 

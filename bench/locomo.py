@@ -226,25 +226,22 @@ async def _run_one(
     max_chars: int | None,
     out: Result,
 ) -> None:
-    from backthink.host.app import build_app
+    from backthink.host.app import AppOverrides, build_app
     from backthink.models import Message
-    from backthink.store import (
-        SqlMemoryStore,
-        VolatileMemoryStore,
-        VolatileMessageStore,
-        open_store,
-    )
+    from backthink.store import SqlStores, Stores, VolatileStores, open_store
     from backthink.testing import FakeClock, StaticState
 
     url = f"sqlite+aiosqlite:///{workdir / (conv.name + '.db')}"
     settings = _settings(url, recall, max_chars)
     db = None
+    stores: Stores
     if store == "memory":
-        messages: Any = VolatileMessageStore()
-        memories: Any = VolatileMemoryStore(messages)
+        stores = VolatileStores.empty()
     else:
-        db, messages, _ = await open_store(url)
-        memories = SqlMemoryStore(db)
+        db, _, _ = await open_store(url)
+        stores = SqlStores.over(db)
+    messages: Any = stores.messages
+    memories: Any = stores.memories
     try:
         stored = [
             Message(
@@ -265,13 +262,14 @@ async def _run_one(
         bm25 = Bm25(texts)
         app = build_app(
             settings,
-            messages=messages,
-            model=None,
-            clock=FakeClock(now),
-            state=StaticState(),
-            channels={},
-            persona_prompt="",
-            memories=memories,
+            stores,
+            AppOverrides(
+                model=None,
+                clock=FakeClock(now),
+                state=StaticState(),
+                channels={},
+                persona_prompt="",
+            ),
         )
         budget = settings.memory.max_chars
         for q in conv.questions:

@@ -242,15 +242,15 @@ async def _two_heartbeats(base_url: str, work: Path, *, memory: bool) -> list[in
     so the request carries the memory block at its fullest.
     """
     import random
+    from dataclasses import replace
 
     from common import message_text
 
     from backthink.config import Settings
-    from backthink.host.app import build_app
+    from backthink.host.app import AppOverrides, build_app
     from backthink.model.client import OpenAIModelClient
     from backthink.models import Memory, MemoryKind, Message
-    from backthink.store.volatile_memories import VolatileMemoryStore
-    from backthink.testing import FakeClock, VolatileMessageStore
+    from backthink.testing import FakeClock, VolatileStores
 
     full_recall = _full_recall_store()
 
@@ -266,8 +266,10 @@ async def _two_heartbeats(base_url: str, work: Path, *, memory: bool) -> list[in
         )
     )
     clock = FakeClock(T0)
-    messages = VolatileMessageStore()
-    memories = (full_recall if memory else VolatileMemoryStore)(messages)
+    stores = VolatileStores.empty()
+    if memory:
+        stores = replace(stores, memories=full_recall(stores.messages))
+    messages, memories = stores.messages, stores.memories
     start = T0 - timedelta(hours=3)
     if memory:
         rng = random.Random(20261202)
@@ -317,9 +319,7 @@ async def _two_heartbeats(base_url: str, work: Path, *, memory: bool) -> list[in
             )
         )
     model = OpenAIModelClient(settings.model)
-    thinker = build_app(
-        settings, messages=messages, memories=memories, model=model, clock=clock
-    ).thinker
+    thinker = build_app(settings, stores, AppOverrides(model=model, clock=clock)).thinker
     counts: list[int | None] = []
     try:
         for _ in range(2):

@@ -19,6 +19,7 @@ from support.fake_openai import FakeOpenAI
 
 from backthink.api import open_api
 from backthink.api.openapi import document
+from backthink.host.app import AppOverrides
 from backthink.host.fleet import open_fleet
 from backthink.host.live import LiveStatus
 from backthink.models import Message
@@ -139,7 +140,7 @@ async def test_a_page_stops_early_rather_than_load_every_large_message(rig: Rig)
         )
         for i in range(5)
     ]
-    await rig.fleet.stores.session.append(big)
+    await rig.fleet.session.append(big)
     async with rig.client() as c:
         page = (await c.get("/v1/messages", params={"limit": 1000})).json()["messages"]
         assert [m["text"][0] for m in page] == ["3", "4"]
@@ -236,7 +237,7 @@ async def test_openapi_document_names_every_route_and_answer(rig: Rig) -> None:
 async def test_page_and_api_share_one_listener(tmp_path: Path, fake: FakeOpenAI) -> None:
     """With the same address, one listener serves the page and the API."""
     settings = api_settings(tmp_path, fake)
-    async with open_fleet(settings, clock=FakeClock(NOW)) as fleet:
+    async with open_fleet(settings, AppOverrides(clock=FakeClock(NOW))) as fleet:
         doors = await open_api(fleet, ["o"], lambda _: LiveStatus(), page=page_app)
         try:
             async with httpx2.AsyncClient(base_url=doors.url, timeout=WAIT_S) as c:
@@ -290,7 +291,7 @@ async def test_a_request_for_an_owner_gone_meanwhile_is_refused_not_a_crash(
 ) -> None:
     """The open API's owner removed while the daemon runs: 401 naming it, not a 500."""
     settings = api_settings(tmp_path, fake)
-    async with open_fleet(settings, clock=FakeClock(NOW)) as fleet:
+    async with open_fleet(settings, AppOverrides(clock=FakeClock(NOW))) as fleet:
         doors = await open_api(fleet, ["gone"], lambda _: LiveStatus())
         try:
             async with httpx2.AsyncClient(base_url=doors.url, timeout=WAIT_S) as c:

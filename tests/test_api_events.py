@@ -57,7 +57,7 @@ async def test_a_message_dated_ahead_hides_no_push_from_the_stream(rig: Rig) -> 
     ahead = Message(
         owner_id="o", role="user", text="dated ahead", created_at=NOW + timedelta(minutes=4)
     )
-    await rig.fleet.stores.session.append([ahead])
+    await rig.fleet.session.append([ahead])
     async with rig.client() as c, c.stream("GET", "/v1/events") as stream:
         lines = stream.aiter_lines()
         async with asyncio.timeout(WAIT_S):

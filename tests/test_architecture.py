@@ -32,7 +32,7 @@ FLOORS: dict[str, int] = {
     "cli": 10,
 }
 # The ground floor: the shared vocabulary and the ports, one room of small modules.
-GROUND = {"models", "records", "errors", "ports", "redact", "protocol"}
+GROUND = {"models", "records", "errors", "ports", "redact", "protocol", "clock", "chat_ports"}
 # The public names kept where scripts import them from, and the package's own entry points:
 # they may import any room, and no room imports them.
 FACADE = {"backthink", "backthink.footer", "backthink.channels", "backthink.__main__"}
@@ -165,3 +165,13 @@ def test_modules_stay_small() -> None:
         if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
     assert not big, f"modules over {MAX_LINES} lines: {big}"
+
+
+def test_the_package_never_imports_the_test_fakes() -> None:
+    """Only tests and benchmarks import `backthink.testing`; the evaluation has its own parts."""
+    importers = sorted(
+        source
+        for source, targets in graph().items()
+        if "backthink.testing" in targets and source != "backthink.testing"
+    )
+    assert importers == []

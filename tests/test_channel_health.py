@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from backthink.config import Settings
-from backthink.host.app import App, build_app
+from backthink.host.app import App, AppOverrides, build_app
 from backthink.host.status import owner_status
 from backthink.models import Outcome
 from backthink.store import SqlStores, open_database
@@ -60,15 +60,14 @@ def process(
     """One process's app over the shared database, with its own phone sender."""
     return build_app(
         s,
-        messages=db.messages,
-        rounds=db.rounds,
-        outbox=db.outbox,
-        memories=db.memories,
-        model=ScriptedModel(*replies),
-        clock=clock,
-        channels={"phone": phone},
-        persona_prompt="你好",
-        sleep=no_sleep,
+        db,
+        AppOverrides(
+            model=ScriptedModel(*replies),
+            clock=clock,
+            channels={"phone": phone},
+            persona_prompt="你好",
+            sleep=no_sleep,
+        ),
     )
 
 
@@ -87,7 +86,14 @@ async def test_a_channel_down_in_one_process_is_down_in_the_others_and_in_status
     assert first_phone.attempts == 3
 
     status = await owner_status(
-        s, "o", at=clock.now(), rounds=db.rounds, outbox=db.outbox, live=None, model="m"
+        s,
+        "o",
+        at=clock.now(),
+        rounds=db.rounds,
+        outbox=db.outbox,
+        marks=db.marks,
+        live=None,
+        model="m",
     )
     assert status.channels == {"web": "ok", "phone": "down"}
 
@@ -102,6 +108,13 @@ async def test_a_channel_down_in_one_process_is_down_in_the_others_and_in_status
     later = await second.thinker.run_round("o", "heartbeat")
     assert (later.outcome, later.channel) == (Outcome.DELIVERED, "phone")
     status = await owner_status(
-        s, "o", at=clock.now(), rounds=db.rounds, outbox=db.outbox, live=None, model="m"
+        s,
+        "o",
+        at=clock.now(),
+        rounds=db.rounds,
+        outbox=db.outbox,
+        marks=db.marks,
+        live=None,
+        model="m",
     )
     assert status.channels == {"web": "ok", "phone": "ok"}

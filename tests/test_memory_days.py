@@ -15,6 +15,7 @@ from pathlib import Path
 from support.fake_openai import FakeOpenAI
 
 from backthink.config import Settings
+from backthink.host.app import AppOverrides
 from backthink.host.fleet import open_app
 from backthink.models import MemoryKind, Message, Outcome
 from backthink.testing import FakeClock, proactive_messages
@@ -61,7 +62,8 @@ def filler(i: int) -> str:
 
 async def test_days_of_memory(tmp_path: Path, fake: FakeOpenAI) -> None:
     clock = FakeClock(START)
-    async with open_app(settings(tmp_path, fake.base_url), clock=clock) as app:
+    overrides = AppOverrides(clock=clock)
+    async with open_app(settings(tmp_path, fake.base_url), overrides=overrides) as app:
         at = START
         await app.messages.add(Message(owner_id="o", role="user", text=FACT, created_at=at))
         for i in range(200):

@@ -19,7 +19,7 @@ from backthink.host import poke
 from backthink.host.live import LiveStatus
 from backthink.models import Outcome, Reason
 from backthink.round.pause import FOREVER, Pauses, PauseState, parse_pause_duration, pause_state
-from backthink.store import open_store
+from backthink.store import SqlMarks, open_store
 from backthink.testing import FakeClock, ScriptedModel, make_rig
 
 PROMPTS = Path(__file__).resolve().parent.parent / "backthink/prompts"
@@ -96,7 +96,7 @@ async def test_a_paused_round_is_skipped_disabled_without_a_model_call(trigger: 
     """Every trigger of a paused owner ends skipped/disabled, recorded, with no tokens spent."""
     model = ScriptedModel()
     rig = make_rig(settings(), model=model, clock=FakeClock(T0))
-    await Pauses(rig.rounds).pause("o", at=T0, length=None)
+    await Pauses(rig.marks).pause("o", at=T0, length=None)
     record = await rig.thinker.run_round("o", trigger)
     assert (record.outcome, record.reason) == (Outcome.SKIPPED, Reason.DISABLED)
     assert record.prompt_tokens is None and model.calls == []
@@ -109,7 +109,7 @@ async def test_a_pause_for_a_while_ends_by_itself_and_resume_ends_it_early() -> 
     model = ScriptedModel(NO_PUSH, NO_PUSH)
     clock = FakeClock(T0)
     rig = make_rig(settings(), model=model, clock=clock)
-    pauses = Pauses(rig.rounds)
+    pauses = Pauses(rig.marks)
     held = await pauses.pause("o", at=T0, length=timedelta(hours=2))
     assert held == PauseState(paused=True, until=T0 + timedelta(hours=2))
     clock.advance(timedelta(hours=1, minutes=59))
@@ -128,7 +128,7 @@ async def test_a_pause_for_a_while_ends_by_itself_and_resume_ends_it_early() -> 
 async def test_a_pause_belongs_to_one_owner() -> None:
     """Pausing one owner leaves another owner's rounds alone."""
     rig = make_rig(settings(), model=ScriptedModel(NO_PUSH), clock=FakeClock(T0))
-    await Pauses(rig.rounds).pause("someone-else", at=T0, length=None)
+    await Pauses(rig.marks).pause("someone-else", at=T0, length=None)
     assert (await rig.thinker.run_round("o", "heartbeat")).reason == Reason.NO_PUSH
 
 
@@ -216,10 +216,10 @@ def test_a_pause_whose_end_is_stored_in_the_past_is_no_pause(
     """A pause that ended an hour ago, written by any process, lets the round think."""
 
     async def paused_earlier() -> None:
-        db, _, rounds = await open_store(f"sqlite+aiosqlite:///{cli.path / 'bt.db'}")
+        db, _, _ = await open_store(f"sqlite+aiosqlite:///{cli.path / 'bt.db'}")
         try:
             start = datetime.now(UTC) - timedelta(hours=2)
-            await Pauses(rounds).pause("o", at=start, length=timedelta(hours=1))
+            await Pauses(SqlMarks(db)).pause("o", at=start, length=timedelta(hours=1))
         finally:
             await db.dispose()
 

@@ -254,17 +254,12 @@ async def test_the_refusal_survives_a_restart() -> None:
     await rig.thinker.run_round("o", "heartbeat")
     again = RefusingModel(NO_PUSH)
     # A new process on the same round store: the mark is read back.
-    from backthink.host.app import build_app
+    from backthink.host.app import AppOverrides, build_app
 
     app = build_app(
         settings(),
-        messages=rig.messages,
-        rounds=rig.rounds,
-        outbox=rig.outbox,
-        model=again,
-        clock=rig.clock,
-        prompts_dir=PROMPTS,
-        persona_prompt="",
+        rig.stores,
+        AppOverrides(model=again, clock=rig.clock, prompts_dir=PROMPTS, persona_prompt=""),
     )
     await app.thinker.run_round("o", "heartbeat")
     assert again.offered == [[]]

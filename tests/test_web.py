@@ -23,12 +23,12 @@ from conftest import ROOT, Workdir
 
 from backthink.config import QuietHours, Settings, split_listen
 from backthink.errors import ConfigError
-from backthink.host.app import App, build_app
+from backthink.host.app import App, AppOverrides, build_app
 from backthink.host.status import Status
 from backthink.models import Memory, MemoryKind, Message, Outcome, Reason
 from backthink.ports import MessageStore, RoundStore
 from backthink.records import RoundRecord
-from backthink.store import VolatileMessageStore, VolatileRoundStore, open_store
+from backthink.store import VolatileMessageStore, VolatileRoundStore, VolatileStores, open_store
 from backthink.testing import FakeClock, RecordingChannel, ScriptedModel
 from backthink.web import build_asgi
 from backthink.web.day import day_bounds, lay_out
@@ -58,10 +58,13 @@ def settings(**web: object) -> Settings:
 def make_app(s: Settings, model: ScriptedModel | None = None) -> App:
     return build_app(
         s,
-        model=model or ScriptedModel(),
-        clock=FakeClock(NOW),
-        persona_prompt="你是昔涟。",
-        channels={"phone": RecordingChannel("phone")},
+        VolatileStores.empty(),
+        AppOverrides(
+            model=model or ScriptedModel(),
+            clock=FakeClock(NOW),
+            persona_prompt="你是昔涟。",
+            channels={"phone": RecordingChannel("phone")},
+        ),
     )
 
 

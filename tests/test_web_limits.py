@@ -23,7 +23,8 @@ from support.fake_openai import FakeOpenAI
 
 from backthink.config import Settings
 from backthink.host import poke
-from backthink.host.app import build_app
+from backthink.host.app import AppOverrides, build_app
+from backthink.store import VolatileStores
 from backthink.testing import FakeClock, ScriptedModel
 from backthink.web import WebServer, start_web
 
@@ -44,7 +45,11 @@ async def page() -> AsyncIterator[WebServer]:
             "web": {"listen": "127.0.0.1:0"},
         }
     )
-    app = build_app(settings, model=ScriptedModel(), clock=FakeClock(), persona_prompt="你好")
+    app = build_app(
+        settings,
+        VolatileStores.empty(),
+        AppOverrides(model=ScriptedModel(), clock=FakeClock(), persona_prompt="你好"),
+    )
     server = await start_web(app, "o", max_connections=CAP, idle_s=IDLE_S, request_s=REQUEST_S)
     try:
         yield server

@@ -239,6 +239,7 @@ def test_a_sweep_passes_over_an_owner_row_it_cannot_read(pg_url: str) -> None:
     """A row another program wrote wrong is not scheduled; the sweep goes on for the others."""
     from sqlalchemy import text
 
+    from backthink.host.app import AppOverrides
     from backthink.host.fleet import open_fleet
     from backthink.host.queue import ROUND_TASK, Queue, apply_schema, queue_app
     from backthink.store import create_engine
@@ -254,7 +255,7 @@ def test_a_sweep_passes_over_an_owner_row_it_cannot_read(pg_url: str) -> None:
     at = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
 
     async def sweep() -> None:
-        async with open_fleet(settings, model=None) as fleet:
+        async with open_fleet(settings, AppOverrides(model=None)) as fleet:
             engine = create_engine(pg_url)
             try:
                 async with engine.begin() as conn:

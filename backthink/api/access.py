@@ -39,7 +39,7 @@ class Access:
     def __init__(self, fleet: Fleet, api: ApiSettings, default_owner: str) -> None:
         """Check requests against the fleet's tokens; `default_owner` serves an open loopback."""
         self._fleet = fleet
-        self._tokens = fleet.stores.tokens
+        self._tokens = fleet.tokens
         self._default = default_owner
         self._loopback = api.loopback
         address = api.address

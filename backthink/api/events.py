@@ -64,9 +64,9 @@ class EventRoutes:
         keepalive_s: float = KEEPALIVE_S,
         max_streams: int = MAX_STREAMS,
     ) -> None:
-        """Read pushes from the fleet's session store; hold streams open in `audience`."""
+        """Read pushes from the fleet's sessions; hold streams open in `audience`."""
         self._access = access
-        self._session = fleet.stores.session
+        self._session = fleet.session
         self._audience = audience
         self._keepalive_s = keepalive_s
         self._max_streams = max_streams

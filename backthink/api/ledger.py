@@ -74,7 +74,7 @@ class Ledger:
     def __init__(self, fleet: Fleet) -> None:
         """Keep turns in the fleet's sessions."""
         self._fleet = fleet
-        self._session = fleet.stores.session
+        self._session = fleet.session
         self._turns: dict[str, asyncio.Lock] = {}
         # Per owner, the latest session write: the next turn (and reply) waits for it.
         self._writing: dict[str, asyncio.Task[Any]] = {}

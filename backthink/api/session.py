@@ -56,7 +56,7 @@ class SessionRoutes:
         self._access = access
         self._live = live
         self._limit = max_body_bytes
-        self._session = fleet.stores.session
+        self._session = fleet.session
         self._relay_usage = relay_usage
         self._probe = _ModelProbe(fleet.clock)
 
@@ -108,6 +108,7 @@ class SessionRoutes:
             at=app.clock.now(),
             rounds=app.rounds,
             outbox=app.outbox,
+            marks=app.marks,
             live=self._live(owner_id) if self._live is not None else LiveStatus(),
             model=await self._probe.health(app.settings.model, app.model),
         )

@@ -32,7 +32,7 @@ def memory_add(
     owner: OwnerOption = None,
 ) -> None:
     """Remember TEXT for the owner."""
-    from backthink.host.app import SystemClock
+    from backthink.clock import SystemClock
     from backthink.store import open_database
 
     c = command_context(ctx, owner)

@@ -37,7 +37,7 @@ def messages_add(
     owner: OwnerOption = None,
 ) -> None:
     """Add one message to the main session."""
-    from backthink.host.app import SystemClock
+    from backthink.clock import SystemClock
     from backthink.store import open_database
     from backthink.store.importing import IMPORT_MAX_CHARS, parse_one
 
@@ -80,7 +80,7 @@ def messages_import(
     owner: OwnerOption = None,
 ) -> None:
     """Import messages from a JSON Lines file, all or nothing."""
-    from backthink.host.app import SystemClock
+    from backthink.clock import SystemClock
     from backthink.store import open_database
     from backthink.store.importing import parse_jsonl
 

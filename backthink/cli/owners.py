@@ -34,8 +34,8 @@ owners_app = typer.Typer(
 @asynccontextmanager
 async def owner_tables(settings: Settings) -> AsyncIterator[SqlStores]:
     """The open database, with the config file's owners written into its owner table."""
+    from backthink.clock import SystemClock
     from backthink.config.owners import config_owners
-    from backthink.host.app import SystemClock
     from backthink.store import open_database
 
     async with open_database(settings.database) as store:
@@ -88,7 +88,7 @@ def owners_add(
     """Add an owner; the running daemon starts its heartbeats within a minute."""
     from pydantic import ValidationError
 
-    from backthink.host.app import SystemClock
+    from backthink.clock import SystemClock
 
     if language not in (None, "zh", "en"):
         raise InputError(f"--language: {language!r} is not zh or en")
@@ -161,8 +161,8 @@ def owners_set(
     value: Annotated[str, typer.Argument(metavar="VALUE", help='The value; "" unsets it.')],
 ) -> None:
     """Change one key of an owner; the next round uses it."""
+    from backthink.clock import SystemClock
     from backthink.config.owners import set_key
-    from backthink.host.app import SystemClock
 
     async def change(store: SqlStores, settings: Settings) -> None:
         owner = _managed(await store.owners.get(owner_id), owner_id)
@@ -199,7 +199,7 @@ def owners_token(
     ] = False,
 ) -> None:
     """Print a new API token for the owner (shown once; only its digest is kept)."""
-    from backthink.host.app import SystemClock
+    from backthink.clock import SystemClock
 
     async def issue(store: SqlStores, settings: Settings) -> str:
         if await store.owners.get(owner_id) is None:

@@ -107,7 +107,7 @@ def pause_cmd(
     owner: OwnerOption = None,
 ) -> None:
     """Pause the owner's rounds (every trigger) until resumed, or for a while."""
-    from backthink.host.app import SystemClock
+    from backthink.clock import SystemClock
     from backthink.round.pause import Pauses, parse_pause_duration
     from backthink.store import open_database
 
@@ -118,7 +118,7 @@ def pause_cmd(
 
     async def go() -> str:
         async with open_database(settings.database) as store:
-            held = await Pauses(store.rounds).pause(
+            held = await Pauses(store.marks).pause(
                 owner_id, at=SystemClock().now(), length=duration
             )
             return held.describe(settings.owner.tz)
@@ -129,7 +129,7 @@ def pause_cmd(
 
 def resume_cmd(ctx: typer.Context, owner: OwnerOption = None) -> None:
     """End a pause: rounds run again from the next trigger on."""
-    from backthink.host.app import SystemClock
+    from backthink.clock import SystemClock
     from backthink.round.pause import Pauses
     from backthink.store import open_database
 
@@ -139,7 +139,7 @@ def resume_cmd(ctx: typer.Context, owner: OwnerOption = None) -> None:
 
     async def go() -> bool:
         async with open_database(settings.database) as store:
-            return (await Pauses(store.rounds).resume(owner_id, at=SystemClock().now())).paused
+            return (await Pauses(store.marks).resume(owner_id, at=SystemClock().now())).paused
 
     typer.echo("resumed: rounds run again" if run_sync(go()) else "not paused: rounds run as usual")
 
@@ -150,7 +150,7 @@ def status_cmd(
     owner: OwnerOption = None,
 ) -> None:
     """Show whether the daemon runs, the pause, the last round, deliveries, channels and model."""
-    from backthink.host.app import SystemClock
+    from backthink.clock import SystemClock
     from backthink.host.status import gather
 
     c = command_context(ctx, owner)

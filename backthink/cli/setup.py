@@ -304,7 +304,7 @@ def service_status(
 
 def _daemon_status(ctx: typer.Context) -> tuple[tuple[Status, ZoneInfo] | None, str]:
     """What `backthink status` finds for the config in use, or None and why not."""
-    from backthink.host.app import SystemClock
+    from backthink.clock import SystemClock
     from backthink.host.status import gather
 
     try:

@@ -1,12 +1,12 @@
 """`backthink eval`: run scenarios through the real round, in isolation, and score the judgment.
 
-Each run builds a fresh app on in-memory stores (`build_app` with nothing
-given): the scenario's history is its whole session, a fake clock stands at
-the scenario's time, the state file is the scenario's `state`, and every
-channel only records. The configured model endpoint is the one thing it
-shares with the owner's setup, with the configured gate, prompts and persona,
-so the figures are those of this owner's companion. Nothing reaches the
-configured database, channels or MCP servers.
+Each run builds a fresh app on in-memory stores (`VolatileStores`): the
+scenario's history is its whole session, a manual clock stands at the
+scenario's time, the state file is the scenario's `state`, and every channel
+only takes what it is given. The configured model endpoint is the one thing
+it shares with the owner's setup, with the configured gate, prompts and
+persona, so the figures are those of this owner's companion. Nothing reaches
+the configured database, channels or MCP servers.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from backthink.clock import ManualClock
 from backthink.config import ChannelSettings, Settings, WebChannelSettings
 from backthink.config.owners import config_owners, owner_settings
 from backthink.decision.failsafe import UNREADABLE
@@ -26,13 +27,12 @@ from backthink.evaluation.baselines import NAMES, CannedModel, baseline_reply
 from backthink.evaluation.figures import DayRun, RunResult
 from backthink.evaluation.report import report
 from backthink.evaluation.scenarios import Loaded, LoadedDay
-from backthink.host.app import build_app, read_persona_prompt
+from backthink.host.app import AppOverrides, build_app, read_persona_prompt
 from backthink.models import Message, Outcome, StateProblem, StateReading
 from backthink.ports import Channel, ModelClient
-from backthink.records import RoundRecord
+from backthink.records import OutgoingMessage, RoundRecord
 from backthink.round.state import parse_state
-from backthink.store import VolatileMessageStore, VolatileOutbox, VolatileRoundStore
-from backthink.testing import FakeClock, RecordingChannel, no_sleep
+from backthink.store import VolatileStores
 
 # The channel a scenario set runs with when the configuration names none.
 FALLBACK_CHANNEL = "web"
@@ -212,8 +212,31 @@ class Personas:
         return self._read[lang]
 
 
+class ScenarioChannel:
+    """A channel of a run: always connected, it takes every message and sends it nowhere.
+
+    Where a push went is on the round's record; nothing leaves the process.
+    """
+
+    def __init__(self, name: str) -> None:
+        """A channel called `name`."""
+        self.name = name
+
+    @property
+    def connected(self) -> bool:
+        """The gate may always choose it."""
+        return True
+
+    async def send(self, message: OutgoingMessage) -> None:
+        """Take the message."""
+
+
+async def _no_wait(seconds: float) -> None:
+    """The dispatcher's wait between tries: a run's channels never fail, so none is needed."""
+
+
 class Session:
-    """One owner's isolated world: in-memory stores, a fake clock, recording channels.
+    """One owner's isolated world: in-memory stores, a manual clock, channels that only take.
 
     A scenario gets a session of its own; a day keeps one session for all its
     beats, so what the gate delivered at one beat is in the history of the next.
@@ -230,26 +253,26 @@ class Session:
     ) -> None:
         self.fitted = eval_settings(settings, first)
         self.owner_id = owner_id
-        self.messages = VolatileMessageStore()
-        self.rounds = VolatileRoundStore()
-        self.clock = FakeClock(first.at.astimezone(UTC))
+        stores = VolatileStores.empty()
+        self.messages = stores.messages
+        self.clock = ManualClock(first.at.astimezone(UTC))
         self.state = ScenarioState(self.fitted)
         senders: dict[str, Channel] = {
-            name: RecordingChannel(name)
+            name: ScenarioChannel(name)
             for name, channel in self.fitted.channels.items()
             if not isinstance(channel, WebChannelSettings)
         }
         self.app = build_app(
             self.fitted,
-            messages=self.messages,
-            rounds=self.rounds,
-            outbox=VolatileOutbox(self.messages, self.rounds),
-            model=model,
-            clock=self.clock,
-            state=self.state,
-            channels=senders,
-            persona_prompt=persona_prompt,
-            sleep=no_sleep,
+            stores,
+            AppOverrides(
+                model=model,
+                clock=self.clock,
+                state=self.state,
+                channels=senders,
+                persona_prompt=persona_prompt,
+                sleep=_no_wait,
+            ),
         )
 
     async def play(self, loaded: Loaded) -> RoundRecord:

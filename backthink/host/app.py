@@ -1,4 +1,4 @@
-"""The composition root: settings (plus optional overrides) -> the whole object graph.
+"""The composition root: settings, one set of stores and optional overrides -> the object graph.
 
 `build_app` wires every part from already-open resources and is the one place
 that knows how the parts fit; the daemon, the command line, the checks, the
@@ -12,10 +12,10 @@ from __future__ import annotations
 import gc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from backthink.clock import SystemClock
 from backthink.config import Settings, WebChannelSettings
 from backthink.config.shipped import default_persona, prompt_templates
 from backthink.delivery.audience import Audience
@@ -40,25 +40,12 @@ from backthink.round.request import RequestBuilder
 from backthink.round.spill import Spill
 from backthink.round.state import FileStateProvider
 from backthink.round.thinker import Thinker
-from backthink.store import (
-    VolatileMemoryStore,
-    VolatileMessageStore,
-    VolatileOutbox,
-    VolatileRoundStore,
-)
+from backthink.store import Stores
 from backthink.tools import Tool
 from backthink.tools.offer import ToolOffer
 
 if TYPE_CHECKING:
     from backthink.model.client import OpenAIModelClient
-
-
-class SystemClock:
-    """The wall clock, in UTC."""
-
-    def now(self) -> datetime:
-        """Return the current instant."""
-        return datetime.now(UTC)
 
 
 MODEL_MISSING_HINT = (
@@ -67,11 +54,11 @@ MODEL_MISSING_HINT = (
 )
 
 
-class _FromSettings:
-    """Marks an override left out: the part is built from the settings."""
+class FromSettings:
+    """Stands for an override left out: the part is built from the settings."""
 
 
-FROM_SETTINGS: Final = _FromSettings()
+FROM_SETTINGS: Final = FromSettings()
 
 
 def read_persona_prompt(settings: Settings) -> str:
@@ -124,6 +111,7 @@ class App:
     thinker: Thinker
     memories: MemoryStore
     pauses: Pauses
+    marks: Marks
 
 
 def session_channel(settings: Settings, senders: Mapping[str, Channel]) -> str | None:
@@ -141,102 +129,111 @@ def session_channel(settings: Settings, senders: Mapping[str, Channel]) -> str |
     )
 
 
-def build_app(
-    settings: Settings,
-    *,
-    messages: MessageStore | None = None,
-    rounds: RoundStore | None = None,
-    outbox: Outbox | None = None,
-    model: ModelClient | _FromSettings | None = FROM_SETTINGS,
-    clock: Clock | None = None,
-    state: StateProvider | None = None,
-    channels: Mapping[str, Channel] | None = None,
-    prompts_dir: Path | None = None,
-    prompts: PromptBook | None = None,
-    persona_prompt: str | None = None,
-    sleep: Sleep | None = None,
-    spill: Spill | None = None,
-    memories: MemoryStore | None = None,
-    tools: Sequence[Tool] = (),
-    audience: Audience | None = None,
-) -> App:
-    """Wire the whole object graph; every part not given is built from `settings`.
+@dataclass(frozen=True)
+class AppOverrides:
+    """Parts given to `build_app` instead of those it builds from the settings.
 
-    Without stores, in-memory stores are used (tests, benchmarks); `open_app`
-    passes the SQL stores of an open database. `channels`, when given, are the
-    senders instead of those the settings configure; a configured channel of
-    type web that is not among them stays the main session's own channel.
-    `model=None` means no endpoint is configured (rounds then fail with a
-    clear note). `spill` keeps round records the database refuses. `tools` are
-    offered beside the built-in and MCP tools (an embedding program's own).
-    `audience` (the API's clients, when it is on) decides whether the session
-    channel is connected, and hears of every push.
+    Attributes:
+        model: the model client; None means no endpoint is configured (rounds
+            then fail with a clear note); left out, the settings' endpoint.
+        clock: the source of "now" (left out: the system clock).
+        state: where the owner's state comes from (left out: the state file).
+        channels: the senders instead of those the settings configure; a
+            configured channel of type web that is not among them stays the
+            main session's own channel.
+        prompts_dir: the prompt templates' folder instead of the settings'.
+        prompts: the templates, already read (a fleet reads them once).
+        persona_prompt: the persona prompt, already read.
+        sleep: how the dispatcher waits between tries.
+        spill: keeps round records the database refuses.
+        tools: offered beside the built-in and MCP tools (an embedding program's own).
+        audience: the API's clients, when it is on: it decides whether the
+            session channel is connected, and hears of every push.
+    """
+
+    model: ModelClient | FromSettings | None = FROM_SETTINGS
+    clock: Clock | None = None
+    state: StateProvider | None = None
+    channels: Mapping[str, Channel] | None = None
+    prompts_dir: Path | None = None
+    prompts: PromptBook | None = None
+    persona_prompt: str | None = None
+    sleep: Sleep | None = None
+    spill: Spill | None = None
+    tools: Sequence[Tool] = ()
+    audience: Audience | None = None
+
+
+NO_OVERRIDES: Final = AppOverrides()
+
+
+def build_app(settings: Settings, stores: Stores, overrides: AppOverrides = NO_OVERRIDES) -> App:
+    """Wire the object graph over one set of stores; what `overrides` leaves out, from `settings`.
+
+    `stores` are an open database's (`SqlStores`) or in-memory ones that
+    share one state (`VolatileStores`: tests, benchmarks, the evaluation).
 
     Raises:
         ConfigError: templates, persona prompt or a channel's settings cannot work.
     """
-    clock = clock or SystemClock()
-    if messages is None or rounds is None or outbox is None:
-        memory = VolatileMessageStore()
-        memory_rounds = VolatileRoundStore()
-        messages = messages or memory
-        rounds = rounds or memory_rounds
-        outbox = outbox or VolatileOutbox(memory, memory_rounds)
-    if memories is None:
-        shared = messages if isinstance(messages, VolatileMessageStore) else None
-        memories = VolatileMemoryStore(shared)
-    if isinstance(model, _FromSettings):
-        model = model_from_settings(settings, marks=rounds, clock=clock)
-    senders = dict(channels) if channels is not None else build_channels(settings.channels)
+    o = overrides
+    clock = o.clock or SystemClock()
+    model = o.model
+    if isinstance(model, FromSettings):
+        model = model_from_settings(settings, marks=stores.marks, clock=clock)
+    senders = dict(o.channels) if o.channels is not None else build_channels(settings.channels)
     order = [*settings.channels, *(name for name in senders if name not in settings.channels)]
     dispatcher = Dispatcher(
-        outbox,
+        stores.outbox,
         senders,
         clock,
         persona=settings.persona,
         order=order,
-        session_channel=session_channel(settings, channels or {}),
+        session_channel=session_channel(settings, o.channels or {}),
         cooldown=settings.gate.channel_cooldown,
-        sleep=sleep,
-        audience=audience.of(settings.owner.id) if audience is not None else None,
-        marks=rounds,
+        sleep=o.sleep,
+        audience=o.audience.of(settings.owner.id) if o.audience is not None else None,
+        marks=stores.marks,
         owner_id=settings.owner.id,
     )
     requests = RequestBuilder(
         settings,
-        prompts=prompts
+        prompts=o.prompts
         or PromptBook.load(
-            prompts_dir or settings.prompt.dir or prompt_templates(), settings.prompt.language
+            o.prompts_dir or settings.prompt.dir or prompt_templates(), settings.prompt.language
         ),
-        persona_prompt=read_persona_prompt(settings) if persona_prompt is None else persona_prompt,
-        state=state
+        persona_prompt=read_persona_prompt(settings)
+        if o.persona_prompt is None
+        else o.persona_prompt,
+        state=o.state
         or FileStateProvider(
             settings.state.file, settings.state.max_age, max_bytes=settings.state.max_bytes
         ),
     )
-    recorder = Recorder(rounds, spill=spill)
+    recorder = Recorder(stores.rounds, spill=o.spill)
     # MCP servers' stderr is kept beside the database, where the spill file lives.
     data = settings.database.spill_path
     mcp_logs = data.parent if data is not None else None
-    pauses = Pauses(rounds)
+    pauses = Pauses(stores.marks)
     thinker = Thinker(
         settings,
-        messages=messages,
+        messages=stores.messages,
         requests=requests,
         model=model,
         delivery=dispatcher,
         recorder=recorder,
         clock=clock,
-        memories=memories,
+        memories=stores.memories,
         pauses=pauses,
-        rounds=rounds,
+        rounds=stores.rounds,
         offer=ToolOffer(
             settings,
             clock=clock,
             connected=dispatcher.connected,
-            rounds=rounds,
-            memories=memories if settings.memory.enabled else None,
-            extra=tools,
+            rounds=stores.rounds,
+            memories=stores.memories if settings.memory.enabled else None,
+            marks=stores.marks,
+            extra=o.tools,
             errlog_dir=mcp_logs,
         ),
         model_missing_hint=MODEL_MISSING_HINT,
@@ -244,15 +241,16 @@ def build_app(
     return App(
         settings,
         clock,
-        messages,
-        rounds,
-        outbox,
+        stores.messages,
+        stores.rounds,
+        stores.outbox,
         model,
         dispatcher,
         recorder,
         thinker,
-        memories,
+        stores.memories,
         pauses,
+        stores.marks,
     )
 
 

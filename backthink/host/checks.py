@@ -10,12 +10,12 @@ from typing import Literal
 from backthink.config import Settings, WebChannelSettings, WebhookChannelSettings
 from backthink.delivery.channels import build_channel
 from backthink.errors import BackthinkError, ModelNotConfiguredError
-from backthink.host.app import MODEL_MISSING_HINT, build_app
+from backthink.host.app import MODEL_MISSING_HINT, AppOverrides, build_app
 from backthink.model.client import NOT_LISTED, OpenAIModelClient
 from backthink.model.local import find_local_servers, ports_to_ask
 from backthink.model.probe import ToolSupport, probe_tools
 from backthink.redact import redact_url
-from backthink.store import open_database
+from backthink.store import VolatileStores, open_database
 
 
 class CheckError(BackthinkError):
@@ -100,7 +100,7 @@ def _check_prompts(settings: Settings) -> Checked:
     try:
         # Wiring the app in memory loads the templates and the persona prompt exactly
         # as a round will; the channels were checked on their own lines.
-        build_app(settings, model=None, channels={})
+        build_app(settings, VolatileStores.empty(), AppOverrides(model=None, channels={}))
     except BackthinkError as exc:
         return Checked(f"prompts: {exc}", "fail")
     folder = settings.prompt.dir or "shipped with the package"

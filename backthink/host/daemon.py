@@ -22,7 +22,7 @@ from backthink.config import Settings
 from backthink.delivery.audience import Audience
 from backthink.errors import BackthinkError, ConfigError
 from backthink.host import poke
-from backthink.host.app import MODEL_MISSING_HINT, settle_heap
+from backthink.host.app import MODEL_MISSING_HINT, AppOverrides, settle_heap
 from backthink.host.descriptors import quiet_accept_storms, raise_file_limit
 from backthink.host.fleet import Fleet, open_fleet
 from backthink.host.live import Live, LiveStatus
@@ -175,9 +175,9 @@ class Daemon:
     async def _greet(self, owner_id: str) -> None:
         """The startup round, at most once per `schedule.startup_cooldown` across restarts."""
         app = await self._fleet.app(owner_id)
-        rounds = app.rounds
+        marks = app.marks
         now = app.clock.now()
-        last = await rounds.marked_at(owner_id, GREETING_MARK)
+        last = await marks.marked_at(owner_id, GREETING_MARK)
         cooldown = self._settings.schedule.startup_cooldown
         if last is not None and now - last < cooldown:
             log.info(
@@ -195,7 +195,7 @@ class Daemon:
             return
         # The mark is written before the round, so a restart storm that kills the
         # process mid-round still cannot greet (or spend tokens) again.
-        await rounds.mark(owner_id, GREETING_MARK, now)
+        await marks.mark(owner_id, GREETING_MARK, now)
         await self.run_round(owner_id, Trigger.STARTUP.value)
 
     async def _greet_all(self, owners: Sequence[str]) -> None:
@@ -356,9 +356,9 @@ async def run_daemon(
     # The API's clients, whom every owner's dispatcher asks whether the session
     # channel is watched; without the API it is always connected.
     audience = Audience(settings.api.seen_window) if settings.api.listen else None
-    async with open_fleet(settings, audience=audience) as fleet:
+    async with open_fleet(settings, AppOverrides(audience=audience)) as fleet:
         public = settings.api.listen and not settings.api.loopback
-        if public and not await fleet.stores.tokens.any():
+        if public and not await fleet.tokens.any():
             raise ConfigError(
                 f"api.listen {settings.api.listen!r} is not a loopback address and no owner "
                 "has a token: run `backthink owners token ID` first"

@@ -14,28 +14,37 @@ import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import cast
 
 import structlog
 
+from backthink.chat_ports import ChatSession, TokenStore
+from backthink.clock import SystemClock
 from backthink.config import Settings
 from backthink.config.owners import config_owners, owner_settings
 from backthink.config.shipped import prompt_templates
 from backthink.delivery.audience import Audience
 from backthink.delivery.dispatcher import UNRECORDED_LOOKBACK
 from backthink.errors import BackthinkError, ConfigError, InputError, StoreError
-from backthink.host.app import App, SystemClock, build_app, model_from_settings, read_persona_prompt
+from backthink.host.app import (
+    NO_OVERRIDES,
+    App,
+    AppOverrides,
+    FromSettings,
+    build_app,
+    model_from_settings,
+    read_persona_prompt,
+)
 from backthink.models import Language, Owner
 from backthink.ports import Clock, ModelClient, Outbox, OwnerStore
 from backthink.records import RoundRecord
 from backthink.round.prompts import PromptBook
 from backthink.round.record import Recorder, RoundStart, unstarted_record
 from backthink.round.spill import Spill
-from backthink.store import SqlStores, open_database
+from backthink.store import open_database
 from backthink.store.claims import OwnerClaims
 
 log = structlog.get_logger("backthink.fleet")
@@ -65,15 +74,16 @@ class Fleet:
         model: ModelClient | None,
         claims: OwnerClaims | None = None,
         recorder: Recorder | None = None,
-        stores: SqlStores | None = None,
+        session: ChatSession | None = None,
+        tokens: TokenStore | None = None,
         audience: Audience | None = None,
     ) -> None:
         """Serve the owners of `owners` (an OwnerStore), wiring their apps with `wire`.
 
         `claims` are the distributed worker's claims on the owner table;
-        `recorder` records rounds that could not start; `stores` are the open
-        database's (the API reads sessions and tokens there); `audience` the
-        API's clients, which every app's dispatcher asks.
+        `recorder` records rounds that could not start; `session` and
+        `tokens` are what the API reads and writes (None: the fleet serves no
+        API); `audience` the API's clients, which every app's dispatcher asks.
         """
         self.settings = settings
         self.clock = clock
@@ -88,19 +98,31 @@ class Fleet:
         self._settings: dict[str, tuple[Owner, Settings]] = {}
         self._books: dict[tuple[Path | Traversable, Language], PromptBook] = {}
         self._personas: dict[tuple[Path | None, str, str], str] = {}
-        self._stores = stores
+        self._session = session
+        self._tokens = tokens
         self.audience = audience
 
     @property
-    def stores(self) -> SqlStores:
-        """The open database's stores.
+    def session(self) -> ChatSession:
+        """The main sessions as chat apps read and write them.
 
         Raises:
             ConfigError: the fleet serves no database of its own (a test's stores).
         """
-        if self._stores is None:
-            raise ConfigError("the API needs the database's own stores")
-        return self._stores
+        if self._session is None:
+            raise ConfigError("the API needs the database's own sessions")
+        return self._session
+
+    @property
+    def tokens(self) -> TokenStore:
+        """The owners' API tokens.
+
+        Raises:
+            ConfigError: the fleet serves no database of its own (a test's stores).
+        """
+        if self._tokens is None:
+            raise ConfigError("the API needs the database's own tokens")
+        return self._tokens
 
     @property
     def claims(self) -> OwnerClaims:
@@ -268,54 +290,54 @@ async def find_owner(store: OwnerStore, settings: Settings, wanted: str | None) 
 
 
 @asynccontextmanager
-async def open_fleet(settings: Settings, **overrides: object) -> AsyncIterator[Fleet]:
+async def open_fleet(
+    settings: Settings, overrides: AppOverrides = NO_OVERRIDES
+) -> AsyncIterator[Fleet]:
     """Open the database (migrating it) and the model client, and serve every owner on them.
 
     The config file's owners are written into the owner table first.
-    `overrides` go to `build_app` for each owner's app (e.g. `clock=`).
-    With the API configured and no `audience` given, the fleet's audience is
+    `overrides` go to `build_app` for each owner's app (e.g. a clock).
+    With the API configured and no audience given, the fleet's audience is
     one of a process that does not serve the API: it sees a client only when
     the daemon vouches for one (`backthink.host.witness`).
     Everything opened here is closed when the block ends, in reverse order.
     """
-    if "audience" not in overrides and settings.api.listen:
-        overrides["audience"] = Audience(settings.api.seen_window, serves=False)
+    if overrides.audience is None and settings.api.listen:
+        overrides = replace(overrides, audience=Audience(settings.api.seen_window, serves=False))
     async with AsyncExitStack() as stack:
         db = await stack.enter_async_context(open_database(settings.database))
-        clock = cast(Clock | None, overrides.get("clock")) or SystemClock()
-        if "model" not in overrides:
-            model = model_from_settings(settings, marks=db.rounds, clock=clock)
+        clock = overrides.clock or SystemClock()
+        model = overrides.model
+        if isinstance(model, FromSettings):
+            model = model_from_settings(settings, marks=db.marks, clock=clock)
             if model is not None:
                 stack.push_async_callback(model.close)
-            overrides["model"] = model
-        spill_path = settings.database.spill_path
-        spill = Spill(spill_path) if spill_path is not None else None
+        spill = overrides.spill
+        if spill is None and settings.database.spill_path is not None:
+            spill = Spill(settings.database.spill_path)
+        # Every owner's app shares the clock, the model client and the spill file.
+        shared = replace(overrides, clock=clock, model=model, spill=spill)
 
         def wire(owner: Settings, prompts: PromptBook, persona: str) -> App:
-            return build_app(
-                owner,
-                messages=db.messages,
-                rounds=db.rounds,
-                outbox=db.outbox,
-                memories=db.memories,
-                spill=spill,
-                prompts=prompts,
-                persona_prompt=persona,
-                **overrides,  # type: ignore[arg-type]
+            parts = replace(
+                shared,
+                prompts=shared.prompts or prompts,
+                persona_prompt=persona if shared.persona_prompt is None else shared.persona_prompt,
             )
+            return build_app(owner, db, parts)
 
-        shared = cast(ModelClient | None, overrides["model"])
         fleet = Fleet(
             settings,
             db.owners,
             db.outbox,
             wire,
             clock=clock,
-            model=shared,
+            model=model,
             claims=OwnerClaims(db.db.engine),
             recorder=Recorder(db.rounds, spill=spill),
-            stores=db,
-            audience=cast(Audience | None, overrides.get("audience")),
+            session=db.session,
+            tokens=db.tokens,
+            audience=shared.audience,
         )
         await fleet.sync(clock.now())
         if spill is not None:
@@ -328,16 +350,16 @@ async def open_fleet(settings: Settings, **overrides: object) -> AsyncIterator[F
 
 @asynccontextmanager
 async def open_app(
-    settings: Settings, *, owner: str | None = None, **overrides: object
+    settings: Settings, *, owner: str | None = None, overrides: AppOverrides = NO_OVERRIDES
 ) -> AsyncIterator[App]:
     """Open the database and the model client, and wire one owner's app on them.
 
     `owner` defaults to `[owner] id`, or the only owner. `overrides` go to
-    `build_app` (e.g. `clock=`). Everything opened here is closed when the
+    `build_app` (e.g. a clock). Everything opened here is closed when the
     block ends, in reverse order, whatever happens.
 
     Raises:
         InputError: no enabled owner has this id (or several and none is given).
     """
-    async with open_fleet(settings, **overrides) as fleet:
+    async with open_fleet(settings, overrides) as fleet:
         yield await fleet.app(owner or await fleet.default_owner())

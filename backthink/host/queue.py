@@ -36,6 +36,7 @@ from sqlalchemy.engine import make_url
 
 from backthink.config import Settings
 from backthink.errors import BackthinkError, ConfigError, InputError
+from backthink.host.app import AppOverrides
 from backthink.host.fleet import Fleet, open_fleet
 from backthink.host.poke import trigger_problem
 from backthink.host.schedule import next_heartbeat, phase
@@ -291,7 +292,7 @@ async def poke_queued(
     problem = trigger_problem(trigger)
     if problem is not None:
         raise InputError(problem)
-    async with open_fleet(settings, model=None) as fleet:
+    async with open_fleet(settings, AppOverrides(model=None)) as fleet:
         owner = owner_id or await fleet.default_owner()
         await fleet.owner(owner)
         app = queue_app(settings.database.url)

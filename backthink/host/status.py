@@ -202,6 +202,7 @@ async def owner_status(
     at: datetime,
     rounds: RoundStore,
     outbox: Outbox,
+    marks: Marks,
     live: LiveStatus | None,
     model: str,
 ) -> Status:
@@ -210,10 +211,10 @@ async def owner_status(
     Raises:
         StoreError: the database cannot be read.
     """
-    pause = await Pauses(rounds).state(owner_id, at)
+    pause = await Pauses(marks).state(owner_id, at)
     last = await rounds.list(owner_id=owner_id, limit=1)
     pending = await outbox.pending(limit=PENDING_SCAN)
-    channels = await stored_channels(settings, owner_id, marks=rounds, at=at)
+    channels = await stored_channels(settings, owner_id, marks=marks, at=at)
     next_heartbeat = None
     if live is not None:
         next_heartbeat = live.next_heartbeat
@@ -253,6 +254,7 @@ async def gather(settings: Settings, owner_id: str, *, at: datetime) -> Status:
             at=at,
             rounds=store.rounds,
             outbox=store.outbox,
+            marks=store.marks,
             live=live,
             model=model,
         )

@@ -10,7 +10,6 @@ endpoint and model, like the tools refusal's.
 
 from __future__ import annotations
 
-import hashlib
 from datetime import timedelta
 from typing import Final
 
@@ -18,11 +17,13 @@ import structlog
 
 from backthink.config import ModelSettings
 from backthink.errors import StoreError
-from backthink.ports import ENDPOINT_MARKS, Clock, Marks
+from backthink.ports import Clock, EndpointKey, Marks
 
 log = structlog.get_logger("backthink.model_client")
 
 SCHEMA_FORM_HOLD: Final = timedelta(days=1)
+# The endpoint's mark of its refusal (see `backthink.ports.Marks`).
+SCHEMA_FORM_REFUSED: Final = "schema_form_refused"
 
 
 class SchemaFormMemory:
@@ -31,8 +32,7 @@ class SchemaFormMemory:
     def __init__(self, settings: ModelSettings, marks: Marks | None, clock: Clock | None) -> None:
         self._marks = marks if clock is not None else None
         self._clock = clock
-        endpoint = f"{settings.base_url}\n{settings.name}".encode()
-        self._mark = "schema_form_refused:" + hashlib.sha256(endpoint).hexdigest()[:16]
+        self._endpoint = EndpointKey(settings.base_url, settings.name)
         self._read = False
 
     async def older_form(self) -> bool:
@@ -44,7 +44,7 @@ class SchemaFormMemory:
             return False
         self._read = True
         try:
-            at = await self._marks.marked_at(ENDPOINT_MARKS, self._mark)
+            at = await self._marks.marked_at(self._endpoint, SCHEMA_FORM_REFUSED)
         except StoreError as exc:
             log.warning("model.schema_form_unread", error=str(exc))
             return False
@@ -55,6 +55,6 @@ class SchemaFormMemory:
         if self._marks is None or self._clock is None:
             return
         try:
-            await self._marks.mark(ENDPOINT_MARKS, self._mark, self._clock.now())
+            await self._marks.mark(self._endpoint, SCHEMA_FORM_REFUSED, self._clock.now())
         except StoreError as exc:
             log.warning("model.schema_form_unsaved", error=str(exc))

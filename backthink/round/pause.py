@@ -1,6 +1,6 @@
 """Pausing an owner's rounds: one per-owner mark in the database that every round reads first.
 
-The pause is the mark `paused_until` of the round store: the instant the pause
+The pause is the owner's mark `paused_until` (see `Marks`): the instant the pause
 ends. It lives in the database, so it survives restarts and a running daemon
 sees a pause set by another process at its next round. A pause without an end
 is stored as `FOREVER`, an instant no clock reaches; resuming sets the mark to
@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 from backthink.config import parse_duration
 from backthink.errors import InputError
-from backthink.ports import RoundStore
+from backthink.ports import Marks
 
 PAUSE_MARK = "paused_until"
 # Stands for "until resumed": far past any real pause, and still a valid timestamp
@@ -77,11 +77,11 @@ def parse_pause_duration(text: str) -> timedelta:
 
 
 class Pauses:
-    """Pauses, resumes and reads owners' pauses in the round store's marks."""
+    """Pauses, resumes and reads owners' pauses in their marks."""
 
-    def __init__(self, rounds: RoundStore) -> None:
-        """Keep pauses as marks of `rounds`."""
-        self._rounds = rounds
+    def __init__(self, marks: Marks) -> None:
+        """Keep pauses as owners' marks in `marks`."""
+        self._marks = marks
 
     async def state(self, owner_id: str, at: datetime) -> PauseState:
         """Whether the owner is paused at `at`.
@@ -89,7 +89,7 @@ class Pauses:
         Raises:
             StoreError: the mark cannot be read.
         """
-        return pause_state(await self._rounds.marked_at(owner_id, PAUSE_MARK), at)
+        return pause_state(await self._marks.marked_at(owner_id, PAUSE_MARK), at)
 
     async def pause(self, owner_id: str, *, at: datetime, length: timedelta | None) -> PauseState:
         """Pause from `at` for `length`, or until resumed when None; replaces any pause.
@@ -98,7 +98,7 @@ class Pauses:
             StoreError: the mark cannot be written.
         """
         until = FOREVER if length is None else at + length
-        await self._rounds.mark(owner_id, PAUSE_MARK, until)
+        await self._marks.mark(owner_id, PAUSE_MARK, until)
         return pause_state(until, at)
 
     async def resume(self, owner_id: str, *, at: datetime) -> PauseState:
@@ -109,5 +109,5 @@ class Pauses:
         """
         before = await self.state(owner_id, at)
         if before.paused:
-            await self._rounds.mark(owner_id, PAUSE_MARK, at)
+            await self._marks.mark(owner_id, PAUSE_MARK, at)
         return before

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -12,8 +11,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from backthink.config import DatabaseSettings
 from backthink.config.paths import sqlite_path
 from backthink.errors import StoreError
+from backthink.store.bundles import SqlStores, Stores, VolatileStores
 from backthink.store.database import Database
 from backthink.store.engine import BUSY_TIMEOUT_MS, create_engine
+from backthink.store.marks import SqlMarks, VolatileMarks
 from backthink.store.memories import SqlMemoryStore
 from backthink.store.messages import SqlMessageStore
 from backthink.store.migrator import HEAD_REVISION, migrate, schema_version, unwritable
@@ -33,6 +34,7 @@ from backthink.store.volatile_memories import VolatileMemoryStore
 __all__ = [
     "BUSY_TIMEOUT_MS",
     "Database",
+    "SqlMarks",
     "SqlMemoryStore",
     "SqlMessageStore",
     "SqlOutbox",
@@ -41,30 +43,19 @@ __all__ = [
     "SqlSession",
     "SqlStores",
     "SqlTokenStore",
+    "Stores",
+    "VolatileMarks",
     "VolatileMemoryStore",
     "VolatileMessageStore",
     "VolatileOutbox",
     "VolatileOwnerStore",
     "VolatileRoundStore",
+    "VolatileStores",
     "create_engine",
     "migrate",
     "open_database",
     "open_store",
 ]
-
-
-@dataclass(frozen=True)
-class SqlStores:
-    """The stores of one open database; they share its engine and connections."""
-
-    db: Database
-    messages: SqlMessageStore
-    rounds: SqlRoundStore
-    outbox: SqlOutbox
-    memories: SqlMemoryStore
-    owners: SqlOwnerStore
-    session: SqlSession
-    tokens: SqlTokenStore
 
 
 async def open_store(
@@ -127,19 +118,8 @@ async def open_database(
     Raises:
         StoreError: the database cannot be opened or migrated (or written, with `write`).
     """
-    db, messages, rounds = await open_store(
-        settings.url, busy_timeout_ms=settings.busy_timeout_ms, write=write
-    )
+    db, _, _ = await open_store(settings.url, busy_timeout_ms=settings.busy_timeout_ms, write=write)
     try:
-        yield SqlStores(
-            db,
-            messages,
-            rounds,
-            SqlOutbox(db),
-            SqlMemoryStore(db),
-            SqlOwnerStore(db),
-            SqlSession(db),
-            SqlTokenStore(db),
-        )
+        yield SqlStores.over(db)
     finally:
         await db.dispose()

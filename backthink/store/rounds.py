@@ -1,4 +1,4 @@
-"""SqlRoundStore: the audit log of rounds in the `round` table, and per-owner marks."""
+"""SqlRoundStore: the audit log of rounds in the `round` table."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, false, insert, update
-from sqlalchemy.engine import Connection, RowMapping
+from sqlalchemy import delete, false, insert
+from sqlalchemy.engine import RowMapping
 from sqlmodel import col, select
 
 from backthink.records import RoundRecord
@@ -131,28 +131,3 @@ class SqlRoundStore:
         with store_errors("could not read rounds"):
             row = await self._db.read(lambda c: c.execute(query).mappings().first())
             return None if row is None else _to_record(row)
-
-    async def marked_at(self, owner_id: str, name: str) -> datetime | None:
-        """When the named mark was last set for this owner, or None."""
-        query = select(MarkRow.at).where(
-            col(MarkRow.owner_id) == owner_id, col(MarkRow.name) == name
-        )
-        with store_errors("could not read mark"):
-            at: datetime | None = await self._db.read(lambda c: c.execute(query).scalar())
-            return at
-
-    async def mark(self, owner_id: str, name: str, at: datetime) -> None:
-        """Set a named mark for this owner to `at` (insert or replace)."""
-        values = {"owner_id": owner_id, "name": name, "at": at.astimezone(UTC)}
-
-        def upsert(conn: Connection) -> None:
-            changed = conn.execute(
-                update(MarkRow)
-                .where(col(MarkRow.owner_id) == owner_id, col(MarkRow.name) == name)
-                .values(at=values["at"])
-            )
-            if changed.rowcount == 0:
-                conn.execute(insert(MarkRow), values)
-
-        with store_errors("could not write mark"):
-            await self._db.write(upsert)

@@ -173,15 +173,6 @@ class VolatileRoundStore:
     def __init__(self) -> None:
         """Start empty."""
         self._rounds: dict[str, RoundRecord] = {}
-        self._marks: dict[tuple[str, str], datetime] = {}
-
-    async def marked_at(self, owner_id: str, name: str) -> datetime | None:
-        """When the named mark was last set for this owner, or None."""
-        return self._marks.get((owner_id, name))
-
-    async def mark(self, owner_id: str, name: str, at: datetime) -> None:
-        """Set a named mark for this owner to `at`."""
-        self._marks[(owner_id, name)] = at.astimezone(UTC)
 
     async def save(self, record: RoundRecord) -> None:
         """Store a finished round; a second save of the same id is a StoreError."""

@@ -7,20 +7,21 @@ is kept in the database, per endpoint and model), then is asked again.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from backthink.config import Settings
-from backthink.ports import ENDPOINT_MARKS, Clock, MemoryStore, RoundStore
+from backthink.ports import Clock, EndpointKey, Marks, MemoryStore, RoundStore
 from backthink.tools import Tool, ToolBox
 from backthink.tools.budget import OfferedTools, budget_box
 from backthink.tools.builtin import RoundContext, builtin_tools
 
 # An endpoint that refused tool definitions gets plain rounds this long, then is asked again.
 TOOLS_REFUSAL_HOLD = timedelta(days=1)
+# The endpoint's mark of its refusal (see `backthink.ports.Marks`).
+TOOLS_REFUSED = "tools_refused"
 # An MCP call may take this share of `tools.timeout`; the tool box cuts it off at the whole.
 MCP_CALL_SHARE = 0.9
 
@@ -47,24 +48,25 @@ class ToolOffer:
         connected: Callable[[], list[str]],
         rounds: RoundStore | None,
         memories: MemoryStore | None,
+        marks: Marks | None = None,
         extra: Sequence[Tool] = (),
         errlog_dir: Path | None = None,
     ) -> None:
         """Offer the built-ins over `rounds` and `memories` (None: those are left out).
 
-        `extra` are offered beside them; `errlog_dir` is where MCP servers'
-        stderr is kept (None: it is dropped).
+        `marks` keep the endpoint's refusal for every process (None: this
+        offer's alone). `extra` are offered beside them; `errlog_dir` is where
+        MCP servers' stderr is kept (None: it is dropped).
         """
         self._settings = settings
         self._clock = clock
         self._connected = connected
         self._rounds = rounds
         self._memories = memories
+        self._marks = marks
         self._extra = list(extra)
         self._errlog_dir = errlog_dir
-        m = settings.model
-        endpoint = f"{m.base_url}\n{m.name}".encode()
-        self._refusal_mark = "tools_refused:" + hashlib.sha256(endpoint).hexdigest()[:16]
+        self._endpoint = EndpointKey(settings.model.base_url, settings.model.name)
         self._refused_at: datetime | None = None
         self._refusal_read = False
 
@@ -75,17 +77,17 @@ class ToolOffer:
 
     async def refused(self) -> bool:
         """Whether this endpoint and model refused tools less than `TOOLS_REFUSAL_HOLD` ago."""
-        if not self._refusal_read and self._rounds is not None:
+        if not self._refusal_read and self._marks is not None:
             self._refusal_read = True
-            self._refused_at = await self._rounds.marked_at(ENDPOINT_MARKS, self._refusal_mark)
+            self._refused_at = await self._marks.marked_at(self._endpoint, TOOLS_REFUSED)
         at = self._refused_at
         return at is not None and self._clock.now() - at < TOOLS_REFUSAL_HOLD
 
     async def refuse(self, at: datetime) -> None:
         """Remember that the endpoint refused tools at `at`."""
         self._refused_at = at
-        if self._rounds is not None:
-            await self._rounds.mark(ENDPOINT_MARKS, self._refusal_mark, at)
+        if self._marks is not None:
+            await self._marks.mark(self._endpoint, TOOLS_REFUSED, at)
 
     async def open(
         self, owner_id: str, round_id: str, stack: AsyncExitStack, *, servers: bool = True

@@ -79,6 +79,7 @@ class Pages:
             at=app.clock.now(),
             rounds=app.rounds,
             outbox=app.outbox,
+            marks=app.marks,
             live=self._live(self._owner) if self._live is not None else LiveStatus(),
             model=model,
         )

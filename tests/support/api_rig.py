@@ -25,6 +25,7 @@ from backthink.api import ApiDoors, open_api
 from backthink.config import Settings
 from backthink.delivery.audience import Audience
 from backthink.delivery.dispatcher import Handoff
+from backthink.host.app import AppOverrides
 from backthink.host.fleet import Fleet, open_fleet
 from backthink.host.live import LiveStatus
 from backthink.models import Decision
@@ -114,10 +115,8 @@ async def open_rig(
     settings = api_settings(tmp_path, fake, **sections)
     clock = FakeClock(NOW)
     audience = Audience(settings.api.seen_window)
-    async with open_fleet(settings, clock=clock, audience=audience) as fleet:
-        issued = (
-            {o: await fleet.stores.tokens.issue(o, at=NOW) for o in ("o", "p")} if tokens else {}
-        )
+    async with open_fleet(settings, AppOverrides(clock=clock, audience=audience)) as fleet:
+        issued = {o: await fleet.tokens.issue(o, at=NOW) for o in ("o", "p")} if tokens else {}
         bound = {"max_answer_bytes": max_answer_bytes} if max_answer_bytes else {}
         doors = await open_api(
             fleet, ["o", "p"], lambda _: LiveStatus(), keepalive_s=keepalive_s, **bound

@@ -11,20 +11,21 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from backthink.config import Settings
 from backthink.errors import ModelError, ModelTimeoutError, StoreError
-from backthink.host.app import build_app
+from backthink.host.app import AppOverrides, build_app
 from backthink.models import Availability, Message, OwnerActivity, RoundState
 from backthink.records import ModelMessage, ModelReply, RoundRecord
 from backthink.round.thinker import Thinker
-from backthink.store import SqlMessageStore, SqlOutbox, open_store
+from backthink.store import SqlMessageStore, SqlStores, open_store
 from backthink.testing import FakeClock, RecordingChannel, ScriptedModel, StaticState, no_sleep
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 OWNER = "day"
 DAY = datetime(2026, 11, 29, 22, 30, tzinfo=UTC)  # 06:30 on Monday 30 November in Shanghai
 
@@ -89,9 +90,11 @@ def settings(**gate: object) -> Settings:
 
 async def run_day(url: str) -> list[RoundRecord]:
     """Play the day and return every round, oldest first."""
-    db, _, rounds = await open_store(url)
+    db, _, _ = await open_store(url)
     messages = FlakyProactiveStore(db)
-    outbox = SqlOutbox(db)
+    # The database's whole set, its message store the one whose reads can fail.
+    stores = replace(SqlStores.over(db), messages=messages)
+    rounds = stores.rounds
     clock = FakeClock(DAY)
     model = DayModel()
     state = StaticState()
@@ -100,15 +103,15 @@ async def run_day(url: str) -> list[RoundRecord]:
     def thinker(s: Settings, channels: Sequence[RecordingChannel] = (web, phone)) -> Thinker:
         app = build_app(
             s,
-            messages=messages,
-            rounds=rounds,
-            outbox=outbox,
-            model=model,
-            clock=clock,
-            state=state,
-            channels={c.name: c for c in channels},
-            persona_prompt="你是昔涟。",
-            sleep=no_sleep,
+            stores,
+            AppOverrides(
+                model=model,
+                clock=clock,
+                state=state,
+                channels={c.name: c for c in channels},
+                persona_prompt="你是昔涟。",
+                sleep=no_sleep,
+            ),
         )
         return app.thinker
 
