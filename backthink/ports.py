@@ -153,6 +153,10 @@ class Marks(Protocol):
         """Set the named mark of `key` to `at` (insert or replace); it survives restarts."""
         ...
 
+    async def clear(self, key: MarkKey, name: str) -> None:
+        """Remove the named mark of `key`; nothing happens when it is not set."""
+        ...
+
 
 class RoundStore(Protocol):
     """The audit log of rounds."""

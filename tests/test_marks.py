@@ -64,6 +64,16 @@ async def test_a_mark_is_none_until_set_then_its_latest_instant(marks: AnyMarks)
     assert at == T0 + timedelta(hours=1) and at is not None and at.utcoffset() == timedelta(0)
 
 
+async def test_a_cleared_mark_reads_none_and_leaves_the_others(marks: AnyMarks) -> None:
+    """Clearing a mark removes it alone; clearing one never set changes nothing."""
+    await marks.mark("ana", "startup_greeting", T0)
+    await marks.mark("ana", "paused_until", T0)
+    await marks.clear("ana", "startup_greeting")
+    await marks.clear("bo", "startup_greeting")
+    assert await marks.marked_at("ana", "startup_greeting") is None
+    assert await marks.marked_at("ana", "paused_until") == T0
+
+
 async def test_owners_and_endpoints_keep_marks_apart(marks: AnyMarks) -> None:
     """One name under an owner, an endpoint, another model or address: four separate marks."""
     await marks.mark("ana", "tools_refused", T0)

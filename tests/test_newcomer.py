@@ -183,3 +183,34 @@ async def test_a_failed_round_logs_its_line_as_a_warning() -> None:
     assert (failed.outcome, silent.outcome) == (Outcome.FAILED, Outcome.SUPPRESSED)
     levels = [e["log_level"] for e in logs if e["event"] == "round.finished"]
     assert levels == ["warning", "info"]
+
+
+@pytest.mark.slow
+def test_a_greeting_the_endpoint_never_answered_waits_for_the_next_start(
+    workdir: Workdir, fake: FakeOpenAI, daemon_env: dict[str, str]
+) -> None:
+    """A typo in the model's URL fails the greeting; after the fix, the next start greets."""
+    fake.default_reply = "[我决定:push]\n早上好，今天也一起加油。"
+    wrong = dict(
+        daemon_env,
+        BACKTHINK_MODEL__BASE_URL="http://127.0.0.1:9/v1",
+        BACKTHINK_SCHEDULE__HEARTBEAT="1h",
+    )
+    daemon = DaemonProcess(workdir, wrong)
+    try:
+        failed = daemon.wait_for("round.finished")
+        assert (failed["trigger"], failed["outcome"], failed["reason"]) == (
+            "startup",
+            "failed",
+            "model_error",
+        )
+        assert daemon.wait_for("daemon.greeting_waits")["reason"] == "model_error"
+    finally:
+        assert daemon.stop() == 0
+    daemon = DaemonProcess(workdir, dict(daemon_env, BACKTHINK_SCHEDULE__HEARTBEAT="1h"))
+    try:
+        greeting = daemon.wait_for("round.finished")
+        assert (greeting["trigger"], greeting["outcome"]) == ("startup", "delivered")
+    finally:
+        assert daemon.stop() == 0
+    assert "daemon.greeting_skipped" not in "".join(daemon.raw)

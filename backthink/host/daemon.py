@@ -35,7 +35,7 @@ from backthink.host.schedule import (
     phase,
     remove_owner_jobs,
 )
-from backthink.models import Owner, Trigger
+from backthink.models import Outcome, Owner, Reason, Trigger
 from backthink.records import RoundRecord
 
 log = structlog.get_logger("backthink.daemon")
@@ -89,6 +89,8 @@ def all_doors(*openers: OpenDoors) -> OpenDoors:
 
 
 GREETING_MARK = "startup_greeting"
+# Reasons of a failed greeting that said nothing to the owner: the greeting is kept.
+UNSAID = frozenset({Reason.MODEL_ERROR, Reason.MODEL_TIMEOUT})
 RECORD_GRACE_S = 5.0  # seconds a cut-off round gets to record itself, past the busy timeout
 OWNER_REFRESH = timedelta(minutes=1)  # how soon an owner added, changed or removed is seen
 
@@ -196,7 +198,15 @@ class Daemon:
         # The mark is written before the round, so a restart storm that kills the
         # process mid-round still cannot greet (or spend tokens) again.
         await marks.mark(owner_id, GREETING_MARK, now)
-        await self.run_round(owner_id, Trigger.STARTUP.value)
+        record = await self.run_round(owner_id, Trigger.STARTUP.value)
+        if record.outcome is Outcome.FAILED and record.reason in UNSAID:
+            # The endpoint never answered (a typo in its URL, a server down): nothing was
+            # said, so the greeting waits for the next start, as it does without a model.
+            if last is None:
+                await marks.clear(owner_id, GREETING_MARK)
+            else:
+                await marks.mark(owner_id, GREETING_MARK, last)
+            log.info("daemon.greeting_waits", owner_id=owner_id, reason=str(record.reason))
 
     async def _greet_all(self, owners: Sequence[str]) -> None:
         for owner_id in owners:

@@ -14,7 +14,7 @@ import hashlib
 from datetime import UTC, datetime
 from typing import Final
 
-from sqlalchemy import insert, update
+from sqlalchemy import delete, insert, update
 from sqlalchemy.engine import Connection
 from sqlmodel import col, select
 
@@ -79,6 +79,19 @@ class SqlMarks:
         with store_errors("could not write mark"):
             await self._db.write(upsert)
 
+    async def clear(self, key: MarkKey, name: str) -> None:
+        """Remove the named mark of `key`, if it is set.
+
+        Raises:
+            StoreError: the database cannot be written.
+        """
+        owner_id, row_name = mark_row(key, name)
+        gone = delete(MarkRow).where(
+            col(MarkRow.owner_id) == owner_id, col(MarkRow.name) == row_name
+        )
+        with store_errors("could not clear mark"):
+            await self._db.write(lambda c: c.execute(gone))
+
 
 class VolatileMarks:
     """The Marks port in a dict, keyed as the table keys its rows."""
@@ -94,3 +107,7 @@ class VolatileMarks:
     async def mark(self, key: MarkKey, name: str, at: datetime) -> None:
         """Set the named mark of `key` to `at`."""
         self._marks[mark_row(key, name)] = at.astimezone(UTC)
+
+    async def clear(self, key: MarkKey, name: str) -> None:
+        """Remove the named mark of `key`, if it is set."""
+        self._marks.pop(mark_row(key, name), None)
