@@ -151,7 +151,7 @@ def test_the_real_home_guard_names_the_files_and_allows_an_outside_writer(tmp_pa
 
 @pytest.mark.slow
 def test_daemon_started_lists_the_configured_channels(workdir: Workdir) -> None:
-    """With the API on and no client yet, `daemon.started` still names the channels configured."""
+    """With the API on and no client yet, the start line names every channel; status says why."""
     workdir.write_config(
         '[api]\nlisten = "127.0.0.1:0"\n'
         '[channels.web]\ntype = "web"\n'
@@ -161,10 +161,16 @@ def test_daemon_started_lists_the_configured_channels(workdir: Workdir) -> None:
     daemon = DaemonProcess(workdir, dict(workdir.env))
     try:
         started = daemon.wait_for("daemon.started")
+        daemon.wait_for("daemon.ready")
+        status = workdir.cli("status").stdout
     finally:
         daemon.stop()
     assert started["channels"] == ["web", "hook"]
     assert started["connected"] == ["hook"]
+    # No client reads the session yet: status says so, not that the channel is down.
+    [channels] = [line for line in status.splitlines() if line.startswith("channels")]
+    assert "web unwatched (no client reads the session now" in channels
+    assert "hook ok" in channels
 
 
 async def test_a_failed_round_logs_its_line_as_a_warning() -> None:

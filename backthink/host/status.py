@@ -82,6 +82,8 @@ class Status:
     channels: dict[str, str] = field(default_factory=dict)
     model: str = NOT_CONFIGURED
     disk: DiskState = field(default_factory=lambda: DiskState(full=False))
+    unwatched: tuple[str, ...] = ()
+    """Session channels that are down only because no client watches them (the API is on)."""
 
     def to_json(self) -> dict[str, Any]:
         """The `status --json` object; times ISO 8601 in UTC, null when there is none."""
@@ -124,7 +126,12 @@ class Status:
             ("deliveries", f"{self.pending_deliveries} pending"),
             (
                 "channels",
-                ", ".join(f"{name} {health}" for name, health in self.channels.items())
+                ", ".join(
+                    f"{name} unwatched (no client reads the session now: pushes go elsewhere)"
+                    if name in self.unwatched
+                    else f"{name} {health}"
+                    for name, health in self.channels.items()
+                )
                 or "none configured",
             ),
             (
@@ -216,8 +223,19 @@ async def owner_status(
     pending = await outbox.pending(limit=PENDING_SCAN)
     channels = await stored_channels(settings, owner_id, marks=marks, at=at)
     next_heartbeat = None
+    unwatched: tuple[str, ...] = ()
     if live is not None:
         next_heartbeat = live.next_heartbeat
+        # With the API on, the session channel is down while no client watches it: that
+        # is no failure, and the text says so rather than "down".
+        if settings.api.address is not None:
+            unwatched = tuple(
+                name
+                for name, channel in settings.channels.items()
+                if isinstance(channel, WebChannelSettings)
+                and live.channels.get(name) == "down"
+                and channels.get(name) == "ok"
+            )
         # The daemon may know more (a channel it cannot reach at all): down either way.
         channels = {
             name: "down" if live.channels.get(name) == "down" else health
@@ -233,6 +251,7 @@ async def owner_status(
         channels=channels,
         model=model,
         disk=disk,
+        unwatched=unwatched,
     )
 
 
