@@ -21,7 +21,7 @@ from pydantic import (
     ValidationError,
 )
 
-from backthink.config import paths
+import backthink.config.paths as paths
 from backthink.config.owners import config_owners, owner_settings
 from backthink.config.settings import Settings
 from backthink.errors import ConfigError
