@@ -11,7 +11,7 @@ same order, to the in-memory store's.
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -20,6 +20,9 @@ import pytest
 import support.everyday as everyday
 
 from backthink.config import MemorySettings
+from backthink.memory.pipeline import Documents, Query, Side, candidates
+from backthink.memory.recall import Candidate
+from backthink.memory.terms import contains
 from backthink.models import Memory, MemoryKind, Message, Recalled
 from backthink.store import (
     SqlMemoryStore,
@@ -46,31 +49,29 @@ class Stores:
     memories: SqlMemoryStore | VolatileMemoryStore
 
 
-async def _open(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Stores]:
-    if kind == "memory":
-        messages = VolatileMessageStore()
-        yield Stores(messages, VolatileMemoryStore(messages))
-        return
-    url = f"sqlite+aiosqlite:///{tmp_path / 'bt.db'}"
-    if kind == "pg":
-        url = request.getfixturevalue("pg_url")
-    db, sql_messages, _ = await open_store(url)
-    yield Stores(sql_messages, SqlMemoryStore(db))
-    await db.dispose()
+def _in_memory() -> Stores:
+    messages = VolatileMessageStore()
+    return Stores(messages, VolatileMemoryStore(messages))
 
 
 @pytest.fixture(params=["sqlite", "pg", "memory"])
 async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stores]:
     """Empty stores: SQLite (a file), PostgreSQL, and a second in-memory pair."""
-    async for opened in _open(request.param, tmp_path, request):
-        yield opened
+    if request.param == "memory":
+        yield _in_memory()
+        return
+    url = f"sqlite+aiosqlite:///{tmp_path / 'bt.db'}"
+    if request.param == "pg":
+        url = request.getfixturevalue("pg_url")
+    db, messages, _ = await open_store(url)
+    yield Stores(messages, SqlMemoryStore(db))
+    await db.dispose()
 
 
 @pytest.fixture
-async def reference(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Stores]:
+def reference() -> Stores:
     """Empty in-memory stores: what the others are compared with."""
-    async for opened in _open("memory", tmp_path, request):
-        yield opened
+    return _in_memory()
 
 
 def _facts() -> list[everyday.Fact]:
@@ -238,3 +239,62 @@ async def test_the_shared_history_recalls_facts_neighbours_and_both_kinds(
     assert {r.kind for r in items} == {"memory", "message"}
     assert any(r.text.startswith("noted: ") for r in items), "no neighbour came along"
     assert not [r for r in items if r.origin == "proactive"], "an undelivered push came back"
+
+
+class _SharedIndex:
+    """A source whose index holds every owner's memories, as SQLite's words index does."""
+
+    def __init__(self, memories: list[Memory]) -> None:
+        self.memories = memories
+        self.asked: list[int] = []
+
+    def documents(self) -> Documents:
+        return Documents(len(self.memories), 0)
+
+    def counts(self, side: Side, terms: Collection[str]) -> Mapping[str, int]:
+        return {t: sum(contains(m.text, t) for m in self.memories) for t in terms}
+
+    def hits(
+        self, side: Side, terms: Sequence[str], *, owner_id: str, before: int | None
+    ) -> Iterable[tuple[int, int]]:
+        return [
+            (i, m.id or 0)
+            for m in self.memories
+            for i, t in enumerate(terms)
+            if contains(m.text, t)
+        ]
+
+    def rows(
+        self, side: Side, ids: Sequence[int], *, owner_id: str, before: int | None
+    ) -> Iterable[Candidate]:
+        self.asked.append(len(ids))
+        return [
+            Candidate("memory", m.id or 0, m.text, m.created_at, m.kind)
+            for m in self.memories
+            if m.id in set(ids) and m.owner_id == owner_id
+        ]
+
+    def neighbours(
+        self, anchors: Sequence[int], *, owner_id: str, before: int
+    ) -> Mapping[int, Sequence[Candidate]]:
+        return {}
+
+
+def test_other_owners_rows_never_crowd_out_the_owners() -> None:
+    """Rows the owner may not recall are passed over, however many outweigh the owner's."""
+    at = everyday.END
+    crowd = [
+        _memory(i, OTHER, MemoryKind.NOTE, "Bartholomew Reykjavik glacier", at)
+        for i in range(1, 131)
+    ]
+    own = [
+        _memory(131, OWNER, MemoryKind.NOTE, "Bartholomew Reykjavik", at),
+        _memory(132, OWNER, MemoryKind.NOTE, "Bartholomew", at),
+    ]
+    source = _SharedIndex([*crowd, *own])
+    window = (Message(id=1000, owner_id=OWNER, role="user", text="x", created_at=at),)
+    q = Query(OWNER, window, 5, 1200, None, frozenset({132}), {})
+    weights = {"bartholomew": 2.0, "reykjavik": 1.0, "glacier": 0.5}
+    found = candidates(source, "memory", list(weights), weights, q)
+    assert [c.id for c in found] == [131]
+    assert source.asked == [40, 80, 11], "read in growing batches"

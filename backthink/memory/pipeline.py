@@ -41,6 +41,9 @@ from backthink.memory.recall import (
 from backthink.memory.terms import inside
 from backthink.models import Message, Recalled
 
+ROWS_BATCH = 999
+"""Row ids read at most per `rows` call: no SQLite allows fewer variables in one statement."""
+
 Side = Literal["memory", "message"]
 """The two kinds of rows recall reads: memories, and main-session messages."""
 
@@ -218,7 +221,7 @@ def candidates(
         ids = order[start : start + batch]
         read = {c.id: c for c in source.rows(side, ids, owner_id=q.owner_id, before=before)}
         kept += [read[i] for i in ids if i in read]
-        start, batch = start + batch, batch * 2
+        start, batch = start + batch, min(batch * 2, ROWS_BATCH)
     return kept[:CANDIDATES]
 
 
