@@ -208,13 +208,23 @@ def candidates(
     if not terms:
         return []
     before = q.before if side == "message" else None
-    held: dict[int, set[int]] = {}
+    held: dict[int, int] = {}  # row id -> the bits of the terms it holds
     for i, row_id in source.hits(side, terms, owner_id=q.owner_id, before=before):
-        if side == "message" or row_id not in q.exclude:
-            held.setdefault(row_id, set()).add(i)
-    # Summed in the terms' own order, so equal rows weigh equal floats anywhere.
-    weight = {row: sum(weights[terms[i]] for i in sorted(found)) for row, found in held.items()}
-    order = sorted(weight, key=lambda row: (-weight[row], -row))
+        held[row_id] = held.get(row_id, 0) | 1 << i
+    if side == "memory":
+        for row_id in q.exclude:
+            held.pop(row_id, None)
+    # One sum per set of terms, in the terms' own order: equal rows weigh equal
+    # floats in any source. Few sets recur, so rows are grouped by weight.
+    sums: dict[int, float] = {}
+    by_weight: dict[float, list[int]] = {}
+    for row_id, bits in held.items():
+        if bits not in sums:
+            sums[bits] = sum(weights[t] for i, t in enumerate(terms) if bits >> i & 1)
+        by_weight.setdefault(sums[bits], []).append(row_id)
+    order = [
+        row for w in sorted(by_weight, reverse=True) for row in sorted(by_weight[w], reverse=True)
+    ]
     kept: list[Candidate] = []
     start, batch = 0, CANDIDATES
     while start < len(order) and len(kept) < CANDIDATES:

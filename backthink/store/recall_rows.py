@@ -46,27 +46,32 @@ def _query(sql: str) -> TextualSelect:
 def visible(
     conn: Connection, side: str, ids: Sequence[int], *, owner_id: str, before: int | None
 ) -> list[Candidate]:
-    """The rows among `ids` the owner may recall (see `RecallSource.rows`)."""
+    """The rows among `ids` the owner may recall (see `RecallSource.rows`).
+
+    The rows are read by primary key and picked here: given the owner in the
+    WHERE clause, SQLite would walk the owner's index instead, every row of it.
+    """
     if not ids:
         return []
-    params: dict[str, Any] = {"ids": list(ids), "owner": owner_id}
     if side == "memory":
-        sql = "SELECT id, kind, text, created_at FROM memory WHERE id IN :ids AND owner_id = :owner"
+        sql = "SELECT id, owner_id, kind, text, created_at FROM memory WHERE id IN :ids"
         return [
             Candidate("memory", int(i), body, at, MemoryKind(kind))
-            for i, kind, body, at in conn.execute(_query(sql), params)
+            for i, owner, kind, body, at in conn.execute(_query(sql), {"ids": list(ids)})
+            if owner == owner_id
         ]
     if before is None:
         return []
     sql = (
-        "SELECT m.id, m.text, m.created_at, m.role, m.origin FROM message m"
-        " WHERE m.id IN :ids AND m.owner_id = :owner AND m.session_id = :session"
-        f" AND m.id < :before AND {_delivered(conn, 'm')}"
+        "SELECT id, owner_id, session_id, undelivered, text, created_at, role, origin"
+        " FROM message WHERE id IN :ids"
     )
-    params.update(session=MAIN_SESSION, before=before)
     return [
         Candidate("message", int(i), body, at, role=role, origin=origin)
-        for i, body, at, role, origin in conn.execute(_query(sql), params)
+        for i, owner, session, undelivered, body, at, role, origin in conn.execute(
+            _query(sql), {"ids": list(ids)}
+        )
+        if owner == owner_id and session == MAIN_SESSION and not undelivered and i < before
     ]
 
 

@@ -56,11 +56,11 @@ def _count_sql(fts: str, n: int) -> str:
     return "SELECT " + ", ".join([one] * n)
 
 
-def _hits_sql(fts: str, n: int, *, below: bool) -> str:
-    """Each of `n` terms' rowids in one words index (below a rowid, if `below`)."""
+def _hits_sql(fts: str, first: int, n: int, *, below: bool) -> str:
+    """The rowids of `n` terms in one words index, each after its index in the terms."""
     under = " AND rowid < ?" if below else ""
     return " UNION ALL ".join(
-        f"SELECT {i}, rowid FROM {fts} WHERE {fts} MATCH ?{under}" for i in range(n)
+        f"SELECT {i}, rowid FROM {fts} WHERE {fts} MATCH ?{under}" for i in range(first, first + n)
     )
 
 
@@ -140,8 +140,8 @@ class SqliteSource:
             params: builtins.list[Any] = []
             for term in chunk:
                 params += [term_query(term), *([before] if before is not None else [])]
-            sql = _hits_sql(f"{side}_words", len(chunk), below=before is not None)
-            found += [(start + i, row_id) for i, row_id in dbapi_rows(self._conn, sql, params)]
+            sql = _hits_sql(f"{side}_words", start, len(chunk), below=before is not None)
+            found += dbapi_rows(self._conn, sql, params)
         return found
 
     def rows(
