@@ -545,7 +545,7 @@ def _fill(db: Path, owners: Sequence[str], per_owner: int) -> int:
 
 def index_all(conn: sqlite3.Connection) -> None:
     """Index every message and memory afresh (FTS5 'rebuild'), as migrations 0007 and 0011 do."""
-    from backthink.memory.recall import index_text
+    from backthink.memory.terms import index_text
 
     for table in ("memory", "message"):
         conn.execute(f"INSERT INTO {table}_fts({table}_fts) VALUES ('rebuild')")
@@ -563,7 +563,7 @@ def unindex_after(conn: sqlite3.Connection, table: str, max_id: int) -> None:
     benchmark that deletes what it added does this first; otherwise a later
     run's rows, taking the same ids, would stay unindexed.
     """
-    from backthink.memory.recall import index_text
+    from backthink.memory.terms import index_text
 
     fts = f"{table}_fts"
     conn.execute(

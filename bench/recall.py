@@ -49,7 +49,8 @@ from common import (
     write_figures,
 )
 
-from backthink.memory.recall import WINDOW_MESSAGES, index_text
+from backthink.memory.recall import WINDOW_MESSAGES
+from backthink.memory.terms import index_text
 
 GROUP = "recall"
 SIZES = ((1_000, 1_000), (1_000_000, 100_000))  # (messages, memories) of one owner

@@ -68,6 +68,10 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
                 f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
                 for alias in node.names
             ]
+            # `from package import module` reads the package's namespace: the
+            # package (its __init__) is imported too, and a circle through it counts.
+            if base in known and known[base].name == "__init__.py":
+                wanted.append(base)
         for target in wanted:
             while target and target not in known:
                 target = target.rpartition(".")[0]

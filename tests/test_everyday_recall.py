@@ -24,7 +24,7 @@ import pytest
 import support.everyday as everyday
 
 from backthink.config import MemorySettings
-from backthink.memory import recall
+from backthink.memory import recall, terms
 from backthink.models import Message
 from backthink.store import (
     SqlMemoryStore,
@@ -123,9 +123,9 @@ def test_stock_phrases_are_too_common_to_weigh() -> None:
         h = everyday.history(language, SEEDS[0])
         documents = len(h.lines)
         for phrase, _ in everyday.STOCK[language]:
-            terms = recall.terms_of(phrase)
-            df = {t: sum(recall.indexed(text, t) for _, text, _ in h.lines) for t in terms}
-            assert recall.weigh(dict.fromkeys(terms, 1.0), df, documents) == {}, phrase
+            said = terms.terms_of(phrase)
+            df = {t: sum(terms.indexed(text, t) for _, text, _ in h.lines) for t in said}
+            assert recall.weigh(dict.fromkeys(said, 1.0), df, documents) == {}, phrase
 
 
 def _stock_only(language: everyday.Language, seed: int) -> list[everyday.Line]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from backthink.errors import StoreError
-from backthink.memory import recall
+from backthink.memory import recall, terms
 from backthink.models import Memory, MemoryKind, Message
 from backthink.store import (
     SqlMemoryStore,
@@ -295,11 +295,11 @@ async def test_a_forgotten_text_leaves_no_token_in_the_index(tmp_path: Path) -> 
         words = {t for (t,) in raw.execute("SELECT term FROM temp.words")}
         found = raw.execute(
             "SELECT count(*) FROM memory_words WHERE memory_words MATCH ?",
-            (recall.words_query(recall.terms_of(secret)),),
+            (terms.words_query(terms.terms_of(secret)),),
         ).fetchone()
-    assert not vocab & set(recall.trigrams(secret))
-    assert all(t.encode() not in blobs for t in recall.trigrams(secret))
-    assert not words & set(recall.terms_of(secret)) and found == (0,)
+    assert not vocab & set(terms.trigrams(secret))
+    assert all(t.encode() not in blobs for t in terms.trigrams(secret))
+    assert not words & set(terms.terms_of(secret)) and found == (0,)
     assert left == (0,)
     assert secret.encode() not in path.read_bytes()
 
@@ -471,7 +471,7 @@ async def test_upgrading_to_memory_keeps_rows_and_indexes_old_messages(tmp_path:
 
 def test_terms_are_cjk_bigrams_and_latin_stems() -> None:
     """CJK runs give 2-grams; latin words of three letters or more their stems, lowercased."""
-    assert recall.terms_of("钢琴比赛 Piano day, c++ 2026 好的") == [
+    assert terms.terms_of("钢琴比赛 Piano day, c++ 2026 好的") == [
         "钢琴",
         "琴比",
         "比赛",
@@ -480,28 +480,28 @@ def test_terms_are_cjk_bigrams_and_latin_stems() -> None:
         "day",
         "2026",
     ]
-    assert recall.terms_of("don't a-b AND OR") == []
-    assert recall.terms_of("Painting, painted and paints; hiking") == ["paint", "hik"]
+    assert terms.terms_of("don't a-b AND OR") == []
+    assert terms.terms_of("Painting, painted and paints; hiking") == ["paint", "hik"]
 
 
 def test_a_stem_matches_at_a_word_start_only() -> None:
     """A latin term is found where a word begins with it, in any of its forms."""
-    assert recall.contains("We went HIKING yesterday", "hik")
-    assert not recall.contains("the chiking place", "hik")
-    assert recall.contains("钢琴比赛好玩", "琴比")
-    assert recall.contains("打pokemon", "pokemon")
+    assert terms.contains("We went HIKING yesterday", "hik")
+    assert not terms.contains("the chiking place", "hik")
+    assert terms.contains("钢琴比赛好玩", "琴比")
+    assert terms.contains("打pokemon", "pokemon")
 
 
 def test_the_words_index_holds_words_and_cjk_bigrams() -> None:
     """The words index reads latin words whole and CJK runs as overlapping 2-grams."""
-    assert recall.index_text("我去Paris看钢琴比赛!") == "我去 Paris 看钢 钢琴 琴比 比赛"
-    assert recall.words_query(["钢琴", "paint"]) == '"钢琴" OR "paint"*'
+    assert terms.index_text("我去Paris看钢琴比赛!") == "我去 Paris 看钢 钢琴 琴比 比赛"
+    assert terms.words_query(["钢琴", "paint"]) == '"钢琴" OR "paint"*'
 
 
 def test_a_term_is_quoted_as_one_string() -> None:
     """Quotes inside a term are doubled, so the term is one FTS5 string."""
-    assert recall.quote('say "hi') == '"say ""hi"'
-    assert recall.match_query(["ab c", "好的"]) == '"ab c" OR "好的"'
+    assert terms.quote('say "hi') == '"say ""hi"'
+    assert terms.match_query(["ab c", "好的"]) == '"ab c" OR "好的"'
 
 
 @pytest.mark.parametrize("text", HOSTILE)
@@ -510,7 +510,7 @@ def test_no_text_breaks_a_match_query(text: str) -> None:
     conn = sqlite3.connect(":memory:")
     conn.execute("CREATE VIRTUAL TABLE t USING fts5(text, tokenize='trigram')")
     conn.execute("INSERT INTO t VALUES (?)", (f"x {text} y",))
-    for query in (recall.match_query(recall.terms_of(text) or ["none"]), recall.quote(text)):
+    for query in (terms.match_query(terms.terms_of(text) or ["none"]), terms.quote(text)):
         conn.execute("SELECT count(*) FROM t WHERE t MATCH ?", (query,)).fetchone()
 
 
@@ -528,10 +528,10 @@ def test_weak_matches_are_gated() -> None:
 
 def test_a_short_rare_word_is_enough_only_as_a_name_or_number() -> None:
     """A name past a sentence's first word, or a number, counts as specific; a plain word not."""
-    assert recall.named("I just got a new addition, this is Max!", "max")
-    assert recall.named("we met in 2019", "2019")
-    assert not recall.named("Max is here", "max")
-    assert not recall.named("the trek is booked", "trek")
+    assert terms.named("I just got a new addition, this is Max!", "max")
+    assert terms.named("we met in 2019", "2019")
+    assert not terms.named("Max is here", "max")
+    assert not terms.named("the trek is booked", "trek")
 
 
 def test_a_term_only_the_window_holds_weighs_nothing() -> None:

@@ -8,7 +8,12 @@ from typing import Annotated
 
 import typer
 
-from backthink.cli import evaluate, memory, messages, process, rounds, think
+import backthink.cli.evaluate as evaluate
+import backthink.cli.memory as memory
+import backthink.cli.messages as messages
+import backthink.cli.process as process
+import backthink.cli.rounds as rounds
+import backthink.cli.think as think
 from backthink.cli.common import Context
 from backthink.cli.owners import owners_app
 from backthink.cli.setup import check, init_cmd, service_app

@@ -21,7 +21,8 @@ from pydantic import (
     ValidationError,
 )
 
-from backthink.config import paths, problems
+import backthink.config.paths as paths
+import backthink.config.problems as problems
 from backthink.config.owners import config_owners, owner_settings
 from backthink.config.settings import Settings
 from backthink.errors import ConfigError

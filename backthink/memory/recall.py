@@ -1,15 +1,17 @@
 """Recall's pure logic: terms from the recent window, their weights, and what is kept.
 
 Recall queries the full-text indexes with terms of the recent window and
-keeps only strong, new matches:
+keeps only strong, new matches. `backthink.memory.terms` makes the terms,
+this module weighs, gates and keeps, and `backthink.memory.pipeline` runs
+the steps over what a store gives:
 
 1. Terms come from the newest `WINDOW_MESSAGES` messages: every two
    consecutive CJK characters, and the stem of every latin word (letters and
-   digits) of at least `MIN_WORD_CHARS` that is no function word
-   (`STOPWORDS`: pronouns, auxiliaries, question words, month and day names).
-   A stem is the word less a common ending (`stem`: painting, painted and
+   digits) of at least `terms.MIN_WORD_CHARS` that is no function word
+   (`terms.STOPWORDS`: pronouns, auxiliaries, question words, month and day names).
+   A stem is the word less a common ending (`terms.stem`: painting, painted and
    paints give paint) and matches where a word of the text begins with it.
-   The words index (`index_text`, see `backthink.store.fulltext`) holds
+   The words index (`terms.index_text`, see `backthink.store.fulltext`) holds
    exactly these: latin words, matched by prefix, and CJK 2-grams, so a
    two-character Chinese word (胃镜) is found as readily as a name. Raw text
    is never handed to MATCH: each term is quoted.
@@ -21,8 +23,8 @@ keeps only strong, new matches:
    word so common it tells nothing apart. Neither counts a CJK 2-gram that
    two stock phrases make where they meet (`stock_joints`: 啦哈 of
    就这些啦哈哈). Each index is queried with the
-   best `TERMS` of the terms it holds (`best`), for the `CANDIDATES` best
-   rows by bm25.
+   best `TERMS` of the terms it holds (`best`), for the `CANDIDATES` rows
+   holding the most weight of them.
 3. Candidates are scored by the summed weights of the queried terms their
    current text holds, divided by their length as BM25 does (`LENGTH_NORM`),
    and gated: a row needs two matched terms of one window message (CJK
@@ -59,19 +61,6 @@ from backthink.memory.terms import (
     shingles,
     similarity,
 )
-from backthink.memory.terms import MIN_WORD_CHARS as MIN_WORD_CHARS
-from backthink.memory.terms import STOPWORDS as STOPWORDS
-from backthink.memory.terms import contains as contains
-from backthink.memory.terms import index_text as index_text
-from backthink.memory.terms import indexed as indexed
-from backthink.memory.terms import inside as inside
-from backthink.memory.terms import match_query as match_query
-from backthink.memory.terms import quote as quote
-from backthink.memory.terms import stem as stem
-from backthink.memory.terms import term_query as term_query
-from backthink.memory.terms import terms_of as terms_of
-from backthink.memory.terms import trigrams as trigrams
-from backthink.memory.terms import words_query as words_query
 from backthink.models import MemoryKind, Message, Origin, Recalled
 
 WINDOW_MESSAGES = 4
@@ -378,23 +367,3 @@ def fill(
             )
         )
     return kept
-
-
-def select(
-    candidates: Iterable[Candidate],
-    weights: Mapping[str, float],
-    window: Sequence[Message],
-    *,
-    limit: int,
-    max_chars: int,
-    specific: Collection[str] = (),
-    neighbours: Mapping[int, Sequence[Candidate]] | None = None,
-) -> list[Recalled]:
-    """Score, gate, de-duplicate and bound the candidates; the best first.
-
-    `rank`, then `with_neighbours` (given the neighbours of `anchors`), then `fill`.
-    """
-    scored = rank(candidates, weights, window, specific=specific)
-    if neighbours:
-        scored = with_neighbours(scored, neighbours)
-    return fill(scored, window, limit=limit, max_chars=max_chars)

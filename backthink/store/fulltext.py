@@ -29,7 +29,7 @@ What the cursor cannot see:
 A `*_fts_vocab` table beside each index exposes per-term document counts.
 
 Recall reads a second index per table, the words index (`*_words`): a
-contentless FTS5 table (unicode61) of what `recall.index_text` makes of each
+contentless FTS5 table (unicode61) of what `terms.index_text` makes of each
 text, its latin words and its CJK runs as overlapping 2-grams. The trigram
 index cannot match a two-character Chinese word (胃镜, 面试); this one can,
 and matches a latin stem as a word's prefix. It keeps no text: a row's

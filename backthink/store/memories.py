@@ -12,9 +12,11 @@ from sqlalchemy import Integer, TextualSelect, bindparam, delete, insert, text
 from sqlalchemy.engine import Connection
 from sqlmodel import col, select
 
-from backthink.memory import recall
+import backthink.store.fulltext as fulltext
+from backthink.memory import pipeline
+from backthink.memory.pipeline import below
+from backthink.memory.terms import quote
 from backthink.models import Memory, MemoryKind, Message, Recalled
-from backthink.store import fulltext
 from backthink.store.columns import UTCDateTime
 from backthink.store.database import Database
 from backthink.store.failures import store_errors
@@ -22,11 +24,10 @@ from backthink.store.sqlite_recall import (
     Counts,
     Indexed,
     Result,
-    below,
     catch_up,
+    dbapi_rows,
     lagging,
     recall_once,
-    rows,
 )
 from backthink.store.tables import MemoryRow
 
@@ -199,7 +200,7 @@ class SqlMemoryStore:
                 f" WHERE memory_fts MATCH :q AND m.owner_id = :owner AND {likes}"
                 " ORDER BY m.created_at DESC, m.id DESC LIMIT :n"
             )
-            params["q"] = " AND ".join(recall.quote(w) for w in words)
+            params["q"] = " AND ".join(quote(w) for w in words)
         else:
             sql = (
                 f"SELECT m.* FROM memory m WHERE m.owner_id = :owner AND {likes}"
@@ -251,7 +252,7 @@ class SqlMemoryStore:
     ) -> builtins.list[Recalled]:
         """Return the memories and older main-session messages the window brings to mind.
 
-        See `backthink.memory.recall` for how terms are chosen, weighed and gated.
+        See `backthink.memory.pipeline` for how terms are chosen, weighed and gated.
         Messages at or after `before_message_id` (default: the window's first)
         are never recalled, nor memories whose id is in `exclude` (the journal
         shows them already). Unindexed memories, or messages below the window,
@@ -262,30 +263,28 @@ class SqlMemoryStore:
         The same window, bounds and exclusions over unchanged indexes return
         an equal list (the prompt stays byte-identical), from a cache.
         """
-        recent = recall.recency(window)
-        ids = [m.id for m in window if m.id is not None]
-        before = before_message_id if before_message_id is not None else min(ids, default=None)
-        if not recent or limit <= 0 or max_chars <= 0:
+        q = pipeline.query(
+            owner_id,
+            window,
+            limit=limit,
+            max_chars=max_chars,
+            before_message_id=before_message_id,
+            exclude=exclude,
+        )
+        if q is None:
             return []
         if self._pg is not None:
-            return await self._pg.recall(
-                owner_id,
-                window,
-                recent,
-                before=before,
-                limit=limit,
-                max_chars=max_chars,
-                exclude=exclude,
-            )
+            return await self._pg.recall(q)
         if not self._fulltext:
             return []
+        before = q.before
         signature = (
             owner_id,
-            tuple((m.id, m.text) for m in window),
+            tuple((m.id, m.text) for m in q.window),
             before,
             limit,
             max_chars,
-            frozenset(exclude),
+            q.exclude,
         )
 
         def key(tops: dict[str, tuple[int, int]]) -> tuple[Any, ...]:
@@ -296,7 +295,7 @@ class SqlMemoryStore:
             return (signature, tops["memory"], message_top, below(message_cursor, before))
 
         def cached(conn: Connection) -> tuple[dict[str, tuple[int, int]], Result | None]:
-            tops = fulltext.parse_tops(rows(conn, fulltext.TOPS_SQL)[0])
+            tops = fulltext.parse_tops(dbapi_rows(conn, fulltext.TOPS_SQL)[0])
             hit = self._results.get(key(tops))
             if hit is not None and not hit.still_there(conn):
                 hit = None
@@ -313,20 +312,7 @@ class SqlMemoryStore:
                 self._results.move_to_end(key(tops))
                 return builtins.list(hit.items)
             cursors = {t: cursor for t, (_, cursor) in tops.items()}
-            result = await self._db.read(
-                lambda conn: recall_once(
-                    conn,
-                    self._counts,
-                    owner_id,
-                    window,
-                    recent,
-                    before,
-                    limit,
-                    max_chars,
-                    exclude,
-                    cursors,
-                )
-            )
+            result = await self._db.read(lambda conn: recall_once(conn, self._counts, q, cursors))
         self._results[key(tops)] = result
         while len(self._results) > RESULT_CACHE:
             self._results.popitem(last=False)

@@ -5,17 +5,11 @@ transaction (the chat app's too), so unlike SQLite's FTS5 path nothing is
 caught up and nothing can be stale: a deleted row is gone, an edited one
 matches what it now says.
 
-Recall follows the same contract as on SQLite (`backthink.memory.recall`): the
-window's terms (CJK 2-grams, latin stems) weigh recency times log(N / df),
-with df counted outside the window and capped at `DF_CAP + 1`; each table
-is queried with the best `TERMS` of the terms it holds and the rows go
-through the same gate, de-duplication and bounds. A term is found by the
+Recall runs the same pipeline as on SQLite and in memory
+(`backthink.memory.pipeline`) over `PgSource`. A term is found by the
 words index (`fulltext.PG_WORDS`: a GIN index over the words and CJK
 2-grams `backthink_words` makes of a text), a CJK 2-gram as a whole lexeme,
-a latin stem as a lexeme's prefix, as FTS5 finds them on SQLite. Where FTS5
-ranks its rows by bm25 before the re-ranking, this query ranks them by the
-summed weights of the terms they hold, which is what the re-ranking
-computes.
+a latin stem as a lexeme's prefix, as FTS5 finds them on SQLite.
 
 The database needs a UTF-8 encoding with a UTF-8 ctype (e.g. `C.UTF-8`):
 under the C ctype pg_trgm sees no CJK characters, and its index then finds
@@ -29,19 +23,22 @@ query, and counted once the cache starts over.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import TextualSelect, text
 from sqlalchemy.engine import Connection
 
-from backthink.memory import recall, terms
-from backthink.models import MAIN_SESSION, Memory, MemoryKind, Message, Recalled
+from backthink.memory import pipeline
+from backthink.memory.pipeline import Documents, Query, Side
+from backthink.memory.recall import DF_CAP, Candidate
+from backthink.memory.terms import is_word
+from backthink.models import MAIN_SESSION, Memory, Recalled
 from backthink.store.columns import UTCDateTime
 from backthink.store.database import Database
 from backthink.store.failures import store_errors
 from backthink.store.fulltext import CATCH_UP_ROWS, INDEXED, PG_WORDS
-from backthink.store.neighbours import neighbours
+from backthink.store.recall_rows import neighbours, visible
 from backthink.store.term_counts import TermCounts
 
 COUNT_CHUNK = 32
@@ -100,7 +97,7 @@ class _PgCounts(TermCounts):
                 one.format(table=self.table, words=PG_WORDS, i=i) for i in range(len(chunk))
             )
             params: dict[str, Any] = {f"p{i}": tsquery(t) for i, t in enumerate(chunk)}
-            params["cap"] = recall.DF_CAP + 1
+            params["cap"] = DF_CAP + 1
             counts = conn.execute(text(sql), params).one()
             for term, count in zip(chunk, counts, strict=True):
                 self.store(term, int(count))
@@ -114,33 +111,77 @@ def tsquery(term: str) -> str:
     is quoted all the same.
     """
     quoted = "'" + term.replace("\\", "\\\\").replace("'", "''") + "'"
-    return quoted + (":*" if terms.is_word(term) else "")
+    return quoted + (":*" if is_word(term) else "")
 
 
-def _hits_sql(select: str, table: str, where: str, terms: int) -> str:
-    """Rows the words index finds for any of `terms` terms, best first.
+_WORDS = PG_WORDS.replace("(text)", "(m.text)")
+_VISIBLE = {
+    "memory": "memory m WHERE m.owner_id = :owner",
+    "message": (
+        "message m WHERE m.owner_id = :owner AND m.session_id = :session AND m.id < :before"
+        " AND NOT m.undelivered"
+    ),
+}
+"""Per side, the rows an owner may recall."""
 
-    They are ranked by the summed weights of the terms their text holds as
-    substrings (a cheap re-check of the few rows found), as the re-ranking
-    then does by word starts.
+
+def _hits_sql(side: Side, terms: int) -> str:
+    """The owner's rows holding any of `terms` terms, and which of them each holds.
+
+    The words index finds the rows for all the terms at once; each found
+    row's words are then made once (OFFSET 0 keeps the planner from making
+    them again for every term) and matched against each term.
     """
-    score = " + ".join(
-        f"CASE WHEN m.text ILIKE :p{i} THEN CAST(:w{i} AS float8) ELSE 0 END" for i in range(terms)
-    )
-    found = PG_WORDS.replace("(text)", "(m.text)")
+    held = ", ".join(f"s.v @@ to_tsquery('simple', :q{i})" for i in range(terms))
     return (
-        f"SELECT {select} FROM {table} m WHERE {where}"
-        f" AND {found} @@ to_tsquery('simple', :q)"
-        f" ORDER BY {score} DESC, m.created_at DESC, m.id DESC LIMIT :n"
+        f"SELECT s.id, {held} FROM (SELECT m.id, {_WORDS} AS v FROM {_VISIBLE[side]}"
+        f" AND {_WORDS} @@ to_tsquery('simple', :q) OFFSET 0) AS s"
     )
 
 
-def _term_params(terms: Sequence[str], weights: dict[str, float]) -> dict[str, Any]:
-    params: dict[str, Any] = {"q": " | ".join(tsquery(t) for t in terms)}
-    for i, term in enumerate(terms):
-        params[f"p{i}"] = like(term)
-        params[f"w{i}"] = weights[term]
-    return params
+class PgSource:
+    """A `RecallSource` over the words GIN indexes, on one connection, with cached counts."""
+
+    def __init__(self, conn: Connection, counts: dict[str, _PgCounts]) -> None:
+        """Read on `conn`; bring the term `counts` to each table's highest id."""
+        self._conn = conn
+        self._counts = counts
+        top = tops(conn)
+        for table, counted in counts.items():
+            counted.sync(conn, top[table])
+        self._top = Documents(top["memory"], top["message"])
+
+    def documents(self) -> Documents:
+        """Each table's highest id (see `RecallSource.documents`)."""
+        return self._top
+
+    def counts(self, side: Side, terms: Collection[str]) -> Mapping[str, int]:
+        """Rows of a table holding each term (see `RecallSource.counts`)."""
+        return self._counts[side].read(self._conn, terms)
+
+    def hits(
+        self, side: Side, terms: Sequence[str], *, owner_id: str, before: int | None
+    ) -> Iterable[tuple[int, int]]:
+        """Each term's rows among the owner's (see `RecallSource.hits`), one statement."""
+        if side == "message" and before is None:
+            return []
+        params: dict[str, Any] = {f"q{i}": tsquery(t) for i, t in enumerate(terms)}
+        params.update(q=" | ".join(params.values()), owner=owner_id, session=MAIN_SESSION)
+        params.update(before=before)
+        found = self._conn.execute(text(_hits_sql(side, len(terms))), params)
+        return [(i, int(row_id)) for row_id, *held in found for i, h in enumerate(held) if h]
+
+    def rows(
+        self, side: Side, ids: Sequence[int], *, owner_id: str, before: int | None
+    ) -> Iterable[Candidate]:
+        """The owner's rows among `ids` (see `RecallSource.rows`)."""
+        return visible(self._conn, side, ids, owner_id=owner_id, before=before)
+
+    def neighbours(
+        self, anchors: Sequence[int], *, owner_id: str, before: int
+    ) -> Mapping[int, Sequence[Candidate]]:
+        """The messages beside each anchor (see `RecallSource.neighbours`)."""
+        return neighbours(self._conn, anchors, owner_id=owner_id, before=before)
 
 
 class PgRecall:
@@ -176,92 +217,9 @@ class PgRecall:
             rows = await self._db.read(lambda c: c.execute(statement, params).mappings().all())
             return [Memory.model_validate(dict(row)) for row in rows]
 
-    async def recall(
-        self,
-        owner_id: str,
-        window: Sequence[Message],
-        recent: dict[str, float],
-        *,
-        before: int | None,
-        limit: int,
-        max_chars: int,
-        exclude: Collection[int],
-    ) -> list[Recalled]:
+    async def recall(self, q: Query) -> list[Recalled]:
         """What `SqlMemoryStore.recall` returns, read on one connection."""
         with store_errors("could not recall"):
             return await self._db.read(
-                lambda conn: self._recall(
-                    conn, owner_id, window, recent, before, limit, max_chars, exclude
-                )
+                lambda conn: pipeline.recall(PgSource(conn, self._counts), q)
             )
-
-    def _recall(
-        self,
-        conn: Connection,
-        owner_id: str,
-        window: Sequence[Message],
-        recent: dict[str, float],
-        before: int | None,
-        limit: int,
-        max_chars: int,
-        exclude: Collection[int],
-    ) -> list[Recalled]:
-        top = tops(conn)
-        memory_counts, message_counts = self._counts["memory"], self._counts["message"]
-        memory_counts.sync(conn, top["memory"])
-        message_counts.sync(conn, top["message"])
-        df_memory = memory_counts.read(conn, recent)
-        df_all_messages = message_counts.read(conn, recent)
-        # Every stored window message is in the counts: take them out, so a term
-        # only the window holds weighs nothing.
-        counted = [m.text for m in window if m.id is not None and m.id <= message_counts.mark]
-        shown = recall.inside(counted, recent)
-        # A count past DF_CAP is only a lower bound: it stays past the cap.
-        df_message = {
-            t: n if n > recall.DF_CAP else max(n - shown[t], 0)
-            for t, n in ((t, df_all_messages[t]) for t in recent)
-        }
-        df = {t: df_memory[t] + df_message[t] for t in recent}
-        below = top["message"] if before is None else min(top["message"], before - 1)
-        weights = recall.weigh(recent, df, max(top["memory"] + below, 1), window)
-        memory_terms = recall.best(weights, df_memory)
-        message_terms = recall.best(weights, df_message) if before is not None else []
-        queried = {t: weights[t] for t in weights if t in memory_terms or t in message_terms}
-        found: list[recall.Candidate] = []
-        if memory_terms:
-            sql = _hits_sql(
-                "m.id, m.kind, m.text, m.created_at", "memory", "m.owner_id = :owner",
-                len(memory_terms),
-            )  # fmt: skip
-            params = _term_params(memory_terms, weights)
-            params.update(owner=owner_id, n=recall.CANDIDATES + len(exclude))
-            found += [
-                recall.Candidate("memory", i, body, at, MemoryKind(kind))
-                for i, kind, body, at in conn.execute(_query(sql), params)
-                if i not in exclude
-            ]
-        if message_terms:
-            sql = _hits_sql(
-                "m.id, m.text, m.created_at, m.role, m.origin",
-                "message",
-                "m.owner_id = :owner AND m.session_id = :session AND m.id < :before"
-                " AND NOT m.undelivered",
-                len(message_terms),
-            )
-            params = _term_params(message_terms, weights)
-            params.update(owner=owner_id, session=MAIN_SESSION, before=before, n=recall.CANDIDATES)
-            found += [
-                recall.Candidate("message", i, body, at, role=role, origin=origin)
-                for i, body, at, role, origin in conn.execute(_query(sql), params)
-            ]
-        documents = max(top["memory"] + below, 1)
-        scored = recall.rank(found, queried, window, specific=recall.rare(df, documents))
-        if before is not None:
-            near = neighbours(conn, recall.anchors(scored), before=before)
-            shared = recall.shared(scored, near)
-            on_memories = memory_counts.read(conn, shared)
-            df_shared = {t: on_memories[t] for t in shared}
-            on_messages = message_counts.read(conn, shared)
-            df_shared = {t: df_shared[t] + on_messages[t] for t in shared}
-            scored = recall.with_neighbours(scored, near, recall.stock(df_shared, documents))
-        return recall.fill(scored, window, limit=limit, max_chars=max_chars)

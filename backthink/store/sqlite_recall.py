@@ -1,58 +1,38 @@
-"""Recall on SQLite: the FTS5 words indexes read for one recall, and what a result stands on.
+"""Recall on SQLite: the FTS5 words indexes as a recall source, and what a result stands on.
 
 `SqlMemoryStore.recall` catches the indexes up and keeps the results by
-window signature; `recall_once` reads them: the document counts of the
-window's terms (`_Counts`, cached per index), the best rows of each index
-by bm25, the neighbours of the best matched messages, and the choice
-`backthink.memory.recall` makes of them.
+window signature; `recall_once` runs the pipeline (`backthink.memory.pipeline`)
+over `SqliteSource`: the document counts of the window's terms (`Counts`,
+cached per index), the rows each words index finds for a term, the rows an
+owner may recall among them, and the neighbours of the best matched messages.
 """
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import TextualSelect, text
 from sqlalchemy.engine import Connection
 
-from backthink.memory import recall
-from backthink.models import MAIN_SESSION, MemoryKind, Message, Recalled
-from backthink.store import fulltext
-from backthink.store.columns import UTCDateTime
-from backthink.store.neighbours import neighbours
+from backthink.memory import pipeline
+from backthink.memory.pipeline import Documents, Query, Side
+from backthink.memory.recall import DF_CAP, Candidate
+from backthink.memory.terms import term_query
+from backthink.models import Recalled
+from backthink.store.fulltext import catch_up as catch_up_index
+from backthink.store.fulltext import indexed_since, tops
+from backthink.store.recall_rows import neighbours, visible
 from backthink.store.term_counts import TermCounts
 
 COUNT_CHUNK = 16
 """Terms counted per statement (a handful of statement shapes, each prepared once)."""
-# The index's best rows by bm25 first, then the join: the owner, session and
-# delivery filters read only those rows, not every match (up to TERMS x DF_CAP).
-# A few times more than CANDIDATES are read, so other owners' rows sharing the
-# index rarely crowd out this owner's.
-_MEMORY_HITS = (
-    "SELECT m.id, m.kind, m.text, m.created_at FROM"
-    " (SELECT rowid AS id, rank FROM memory_words WHERE memory_words MATCH :q"
-    " ORDER BY rank LIMIT :wide) AS hit JOIN memory m ON m.id = hit.id"
-    " WHERE m.owner_id = :owner ORDER BY hit.rank LIMIT :n"
-)
-_MESSAGE_HITS = (
-    "SELECT m.id, m.text, m.created_at, m.role, m.origin FROM"
-    " (SELECT rowid AS id, rank FROM message_words WHERE message_words MATCH :q"
-    " AND rowid < :before ORDER BY rank LIMIT :wide) AS hit JOIN message m ON m.id = hit.id"
-    " WHERE m.owner_id = :owner AND m.session_id = :session AND m.undelivered = 0"
-    " ORDER BY hit.rank LIMIT :n"
-)
-_WIDE = 4
-"""How many times CANDIDATES rows the index hands to the owner filter."""
+HIT_TERMS = 8
+"""Terms read per hits statement (recall queries `TERMS` at most)."""
 
 
-def _query(sql: str) -> TextualSelect:
-    """A text query whose `created_at` comes back as an aware UTC datetime."""
-    return text(sql).columns(created_at=UTCDateTime())
-
-
-def rows(conn: Connection, sql: str, params: Sequence[Any] = ()) -> builtins.list[Any]:
+def dbapi_rows(conn: Connection, sql: str, params: Sequence[Any] = ()) -> builtins.list[Any]:
     """Run one read on the DB-API connection itself, outside any transaction.
 
     Recall's hot reads go this way: SQLAlchemy's statement handling and its
@@ -76,6 +56,14 @@ def _count_sql(fts: str, n: int) -> str:
     return "SELECT " + ", ".join([one] * n)
 
 
+def _hits_sql(fts: str, first: int, n: int, *, below: bool) -> str:
+    """The rowids of `n` terms in one words index, each after its index in the terms."""
+    under = " AND rowid < ?" if below else ""
+    return " UNION ALL ".join(
+        f"SELECT {i}, rowid FROM {fts} WHERE {fts} MATCH ?{under}" for i in range(first, first + n)
+    )
+
+
 class Counts(TermCounts):
     """Term counts of one words index; its cursor (highest indexed rowid) is the mark.
 
@@ -94,21 +82,86 @@ class Counts(TermCounts):
         if self.mark < 0:
             self.clear(cursor)
             return
-        now, rows = fulltext.indexed_since(conn, self.table, self.mark)
-        self.advance(self.mark, now, rows)
+        now, found = indexed_since(conn, self.table, self.mark)
+        self.advance(self.mark, now, found)
 
     def read(self, conn: Connection, terms: Iterable[str]) -> dict[str, int]:
-        """Document counts of the terms (0 when absent; past DF_CAP, DF_CAP + 1)."""
+        """Document counts of the terms (0 when absent; past DF_CAP, DF_CAP + 1 or more)."""
         missing = self.missing(terms)
         for start in range(0, len(missing), COUNT_CHUNK):
             chunk = missing[start : start + COUNT_CHUNK]
             params: builtins.list[Any] = []
             for term in chunk:
-                params += [recall.term_query(term), recall.DF_CAP + 1]
-            (counts,) = rows(conn, _count_sql(self.fts, len(chunk)), params)
+                params += [term_query(term), DF_CAP + 1]
+            (counts,) = dbapi_rows(conn, _count_sql(self.fts, len(chunk)), params)
             for term, count in zip(chunk, counts, strict=True):
                 self.store(term, int(count))
         return self.df
+
+
+class SqliteSource:
+    """A `RecallSource` over the FTS5 words indexes, on one read connection.
+
+    The counts stand at the indexes' cursors as `recall_once` read them;
+    the texts of every row it hands out are kept (`texts`), for the result
+    to check later that they still read so.
+    """
+
+    def __init__(
+        self, conn: Connection, counts: dict[str, Counts], cursors: Mapping[str, int]
+    ) -> None:
+        """Read on `conn`, with the term `counts`, brought to the index `cursors`."""
+        self._conn = conn
+        self._counts = counts
+        self._cursors = Documents(cursors["memory"], cursors["message"])
+        for table, cursor in cursors.items():
+            counts[table].sync(conn, cursor)
+        self.texts: dict[tuple[str, int], str] = {}
+
+    def documents(self) -> Documents:
+        """The highest indexed id of each side (see `RecallSource.documents`)."""
+        return self._cursors
+
+    def counts(self, side: Side, terms: Collection[str]) -> Mapping[str, int]:
+        """Rows of a side's words index holding each term (see `RecallSource.counts`)."""
+        return self._counts[side].read(self._conn, terms)
+
+    def hits(
+        self, side: Side, terms: Sequence[str], *, owner_id: str, before: int | None
+    ) -> Iterable[tuple[int, int]]:
+        """Each term's rowids in the side's words index, every owner's (see `RecallSource.hits`).
+
+        The index keeps no owner: the owner's rows are picked by `rows`, from
+        the few ids the pipeline reads.
+        """
+        found: builtins.list[tuple[int, int]] = []
+        for start in range(0, len(terms), HIT_TERMS):
+            chunk = terms[start : start + HIT_TERMS]
+            params: builtins.list[Any] = []
+            for term in chunk:
+                params += [term_query(term), *([before] if before is not None else [])]
+            sql = _hits_sql(f"{side}_words", start, len(chunk), below=before is not None)
+            found += dbapi_rows(self._conn, sql, params)
+        return found
+
+    def rows(
+        self, side: Side, ids: Sequence[int], *, owner_id: str, before: int | None
+    ) -> Iterable[Candidate]:
+        """The owner's rows among `ids` (see `RecallSource.rows`)."""
+        return self._kept(visible(self._conn, side, ids, owner_id=owner_id, before=before))
+
+    def neighbours(
+        self, anchors: Sequence[int], *, owner_id: str, before: int
+    ) -> Mapping[int, Sequence[Candidate]]:
+        """The messages beside each anchor (see `RecallSource.neighbours`)."""
+        near = neighbours(self._conn, anchors, owner_id=owner_id, before=before)
+        for side in near.values():
+            self._kept(side)
+        return near
+
+    def _kept(self, found: builtins.list[Candidate]) -> builtins.list[Candidate]:
+        self.texts.update(((c.kind, c.id), c.text) for c in found)
+        return found
 
 
 Indexed = tuple[int, builtins.list[tuple[int, str]] | None]
@@ -119,8 +172,8 @@ def catch_up(
     conn: Connection, *, lagging: dict[str, int | None]
 ) -> tuple[dict[str, Indexed], dict[str, tuple[int, int]]]:
     """One catch-up batch of each lagging index (by the cursor its counts stand at); then `tops`."""
-    moved = {t: fulltext.catch_up(conn, t, since) for t, since in lagging.items()}
-    return moved, fulltext.tops(conn)
+    moved = {t: catch_up_index(conn, t, since) for t, since in lagging.items()}
+    return moved, tops(conn)
 
 
 def lagging(tops: dict[str, tuple[int, int]], before: int | None) -> bool:
@@ -136,11 +189,6 @@ def lagging(tops: dict[str, tuple[int, int]], before: int | None) -> bool:
     if memory_top > memory_cursor:
         return True
     return message_top > message_cursor and (before is None or message_cursor < before - 1)
-
-
-def below(cursor: int, before: int | None) -> int:
-    """The indexed messages a recall stands on: those below the window."""
-    return cursor if before is None else min(cursor, before - 1)
 
 
 @dataclass(frozen=True)
@@ -163,94 +211,19 @@ class Result:
         if not parts:
             return True
         now: dict[str, dict[int, str]] = {"memory": {}, "message": {}}
-        for table, row_id, body in rows(conn, " UNION ALL ".join(parts), params):
+        for table, row_id, body in dbapi_rows(conn, " UNION ALL ".join(parts), params):
             now[table][row_id] = body
         return now["memory"] == self.memories and now["message"] == self.messages
 
 
-def _counted(conn: Connection, counts: dict[str, Counts], terms: Collection[str]) -> dict[str, int]:
-    """Each term's document count among memories and messages, the window's included."""
-    on_memories = counts["memory"].read(conn, terms)
-    df = {t: on_memories[t] for t in terms}
-    on_messages = counts["message"].read(conn, terms)
-    return {t: df[t] + on_messages[t] for t in terms}
-
-
 def recall_once(
-    conn: Connection,
-    counts: dict[str, Counts],
-    owner_id: str,
-    window: Sequence[Message],
-    recent: dict[str, float],
-    before: int | None,
-    limit: int,
-    max_chars: int,
-    exclude: Collection[int],
-    cursors: dict[str, int],
+    conn: Connection, counts: dict[str, Counts], q: Query, cursors: Mapping[str, int]
 ) -> Result:
     """One recall over caught-up indexes, on one read connection, with the term `counts`."""
-    memory_counts, message_counts = counts["memory"], counts["message"]
-    memory_counts.sync(conn, cursors["memory"])
-    message_counts.sync(conn, cursors["message"])
-    df_memory = memory_counts.read(conn, recent)
-    df_all_messages = message_counts.read(conn, recent)
-    # The window's own messages are in the index (once caught up): take them out
-    # of the counts, so a term only the window holds weighs nothing.
-    indexed = [m.text for m in window if m.id is not None and m.id <= cursors["message"]]
-    shown = recall.inside(indexed, recent)
-    # A count past DF_CAP is only a lower bound: it stays past the cap.
-    df_message = {
-        t: n if n > recall.DF_CAP else max(n - shown[t], 0)
-        for t, n in ((t, df_all_messages[t]) for t in recent)
-    }
-    df = {t: df_memory[t] + df_message[t] for t in recent}
-    documents = max(cursors["memory"] + below(cursors["message"], before), 1)
-    weights = recall.weigh(recent, df, documents, window)
-    memory_terms = recall.best(weights, df_memory)
-    message_terms = recall.best(weights, df_message) if before is not None else []
-    queried = {t: weights[t] for t in weights if t in memory_terms or t in message_terms}
-    found: builtins.list[recall.Candidate] = []
-    if memory_terms:
-        rows = conn.execute(
-            _query(_MEMORY_HITS),
-            {
-                "q": recall.words_query(memory_terms),
-                "owner": owner_id,
-                "wide": recall.CANDIDATES * _WIDE + len(exclude),
-                "n": recall.CANDIDATES + len(exclude),
-            },
-        )
-        found += [
-            recall.Candidate("memory", i, body, at, MemoryKind(kind))
-            for i, kind, body, at in rows
-            if i not in exclude
-        ]
-    if message_terms:
-        rows = conn.execute(
-            _query(_MESSAGE_HITS),
-            {
-                "q": recall.words_query(message_terms),
-                "before": before,
-                "owner": owner_id,
-                "session": MAIN_SESSION,
-                "wide": recall.CANDIDATES * _WIDE,
-                "n": recall.CANDIDATES,
-            },
-        )
-        found += [
-            recall.Candidate("message", i, body, at, role=role, origin=origin)
-            for i, body, at, role, origin in rows
-        ]
-    scored = recall.rank(found, queried, window, specific=recall.rare(df, documents))
-    if before is not None:
-        near = neighbours(conn, recall.anchors(scored), before=before)
-        stock = recall.stock(_counted(conn, counts, recall.shared(scored, near)), documents)
-        scored = recall.with_neighbours(scored, near, stock)
-        found += [c for side in near.values() for c in side]
-    items = recall.fill(scored, window, limit=limit, max_chars=max_chars)
-    texts = {(c.kind, c.id): c.text for c in found}
+    source = SqliteSource(conn, counts, cursors)
+    items = pipeline.recall(source, q)
     return Result(
         tuple(items),
-        {r.id: texts[("memory", r.id)] for r in items if r.kind == "memory"},
-        {r.id: texts[("message", r.id)] for r in items if r.kind == "message"},
+        {r.id: source.texts[("memory", r.id)] for r in items if r.kind == "memory"},
+        {r.id: source.texts[("message", r.id)] for r in items if r.kind == "message"},
     )

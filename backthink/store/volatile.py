@@ -85,6 +85,11 @@ class VolatileMessageStore:
         self._max_id = max_id
         return ready
 
+    def scan(self) -> Iterator[Message]:
+        """Every stored message, of every owner and session, each session's in order."""
+        for session in self._sessions.values():
+            yield from session
+
     def _newest_first(self, owner_id: str, session_id: str, role: str | None) -> Iterator[Message]:
         for message in reversed(self._sessions.get((owner_id, session_id), [])):
             if role is None or message.role == role:

@@ -1,21 +1,23 @@
 """VolatileMemoryStore: long-term memories in a dict, with the same recall as the SQL stores.
 
 Search and recall scan where the SQL stores read their indexes, and match
-as those indexes would, so tests and benchmarks see the same terms, gates
-and neighbours without a database.
+as those indexes would. Recall runs the one pipeline (`backthink.memory.pipeline`)
+over `VolatileSource`, so tests and benchmarks recall what a database would.
 """
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import UTC
 
 from pydantic import ValidationError
 
 from backthink.errors import StoreError
-from backthink.memory import recall
+from backthink.memory import pipeline
+from backthink.memory.pipeline import Documents, Side
 from backthink.memory.recall import Candidate
+from backthink.memory.terms import contains
 from backthink.models import MAIN_SESSION, Memory, MemoryKind, Message, Recalled
 from backthink.store.failures import describe
 from backthink.store.volatile import VolatileMessageStore, check_limit
@@ -102,70 +104,94 @@ class VolatileMemoryStore:
 
         Memories whose id is in `exclude` are never recalled.
         """
-        recent = recall.recency(window)
-        ids = [m.id for m in window if m.id is not None]
-        before = before_message_id if before_message_id is not None else min(ids, default=None)
-        if not recent or limit <= 0 or max_chars <= 0:
+        q = pipeline.query(
+            owner_id,
+            window,
+            limit=limit,
+            max_chars=max_chars,
+            before_message_id=before_message_id,
+            exclude=exclude,
+        )
+        if q is None:
             return []
-        every_message = [
+        messages = builtins.list(self._messages.scan()) if self._messages else []
+        return pipeline.recall(VolatileSource(builtins.list(self._rows.values()), messages), q)
+
+
+def _memory(m: Memory) -> Candidate:
+    return Candidate("memory", m.id or 0, m.text, m.created_at, m.kind)
+
+
+def _message(m: Message) -> Candidate:
+    return Candidate("message", m.id or 0, m.text, m.created_at, role=m.role, origin=m.origin)
+
+
+class VolatileSource:
+    """A `RecallSource` that scans the rows, matching as the words indexes do (`contains`)."""
+
+    def __init__(self, memories: Sequence[Memory], messages: Sequence[Message]) -> None:
+        """Scan these memories and messages (every owner's; each session's messages in order)."""
+        self._memories = memories
+        self._messages = messages
+
+    def documents(self) -> Documents:
+        """The highest id of each side (see `RecallSource.documents`)."""
+        return Documents(
+            max((m.id or 0 for m in self._memories), default=0),
+            max((m.id or 0 for m in self._messages), default=0),
+        )
+
+    def counts(self, side: Side, terms: Collection[str]) -> Mapping[str, int]:
+        """Rows of a side holding each term (see `RecallSource.counts`)."""
+        texts = [r.text for r in (self._memories if side == "memory" else self._messages)]
+        return {t: sum(contains(x, t) for x in texts) for t in terms}
+
+    def _shown(self, owner_id: str, before: int | None) -> builtins.list[Message]:
+        """The owner's delivered main-session messages below id `before`, in order."""
+        if before is None:
+            return []
+        return [
             m
-            for session in (self._messages._sessions if self._messages else {}).values()
-            for m in session
-        ]
-        window_ids = set(ids)
-        older = [m for m in every_message if m.id not in window_ids]
-        df_memory = {t: sum(recall.indexed(m.text, t) for m in self._rows.values()) for t in recent}
-        df_message = {t: sum(recall.indexed(m.text, t) for m in older) for t in recent}
-        df = {t: df_memory[t] + df_message[t] for t in recent}
-        documents = self._max_id + (self._messages._max_id if self._messages else 0) - len(window)
-        weighed = recall.weigh(recent, df, documents, window)
-        # As the SQL store does: each side queried by its own best terms.
-        chosen = set(recall.best(weighed, df_memory)) | set(recall.best(weighed, df_message))
-        weights = {t: w for t, w in weighed.items() if t in chosen}
-        found = [
-            recall.Candidate("memory", m.id or 0, m.text, m.created_at, m.kind)
-            for m in self._rows.values()
-            if m.owner_id == owner_id
-            and m.id not in exclude
-            and any(recall.contains(m.text, t) for t in weights)
-        ]
-        found += [
-            recall.Candidate(
-                "message", m.id or 0, m.text, m.created_at, role=m.role, origin=m.origin
-            )
-            for m in every_message
+            for m in self._messages
             if m.owner_id == owner_id
             and m.session_id == MAIN_SESSION
             and not m.undelivered
-            and before is not None
             and (m.id or 0) < before
-            and any(recall.contains(m.text, t) for t in weights)
         ]
-        scored = recall.rank(found, weights, window, specific=recall.rare(df, documents))
-        if before is not None:
-            near = self._neighbours(owner_id, recall.anchors(scored), before)
-            shared = recall.shared(scored, near)
-            texts = [m.text for m in self._rows.values()] + [m.text for m in every_message]
-            counted = {t: sum(recall.indexed(x, t) for x in texts) for t in shared}
-            scored = recall.with_neighbours(scored, near, recall.stock(counted, documents))
-        return recall.fill(scored, window, limit=limit, max_chars=max_chars)
 
-    def _neighbours(
-        self, owner_id: str, anchors: Sequence[int], before: int
-    ) -> dict[int, builtins.list[Candidate]]:
-        """As `neighbours.neighbours`: the messages beside each anchor, below id `before`."""
-        sessions = self._messages._sessions if self._messages else {}
-        session = sessions.get((owner_id, MAIN_SESSION), [])
-        shown = [m for m in session if not m.undelivered and (m.id or 0) < before]
+    def _visible(self, side: Side, owner_id: str, before: int | None) -> builtins.list[Candidate]:
+        if side == "memory":
+            return [_memory(m) for m in self._memories if m.owner_id == owner_id]
+        return [_message(m) for m in self._shown(owner_id, before)]
+
+    def hits(
+        self, side: Side, terms: Sequence[str], *, owner_id: str, before: int | None
+    ) -> Iterable[tuple[int, int]]:
+        """Each term's rows among the owner's (see `RecallSource.hits`)."""
+        return [
+            (i, row.id)
+            for row in self._visible(side, owner_id, before)
+            for i, term in enumerate(terms)
+            if contains(row.text, term)
+        ]
+
+    def rows(
+        self, side: Side, ids: Sequence[int], *, owner_id: str, before: int | None
+    ) -> Iterable[Candidate]:
+        """The owner's rows among `ids` (see `RecallSource.rows`)."""
+        wanted = set(ids)
+        return [c for c in self._visible(side, owner_id, before) if c.id in wanted]
+
+    def neighbours(
+        self, anchors: Sequence[int], *, owner_id: str, before: int
+    ) -> Mapping[int, Sequence[Candidate]]:
+        """The messages beside each anchor in its session (see `RecallSource.neighbours`)."""
+        shown = self._shown(owner_id, before)
         at = {m.id: i for i, m in enumerate(shown)}
         found: dict[int, builtins.list[Candidate]] = {}
         for anchor in anchors:
-            if anchor not in at:
-                continue
-            i = at[anchor]
-            found[anchor] = [
-                Candidate("message", m.id or 0, m.text, m.created_at, role=m.role, origin=m.origin)
-                for m in shown[max(i - 1, 0) : i + 2]
-                if m.id != anchor
-            ]
+            if anchor in at:
+                i = at[anchor]
+                beside = shown[max(i - 1, 0) : i + 2]
+                found[anchor] = [_message(m) for m in beside if m.id != anchor]
         return found

@@ -19,6 +19,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
+import backthink.web.pages as pages
+import backthink.web.round_page as round_page
+import backthink.web.static as static
 from backthink.decision.reply import read_reply
 from backthink.errors import BackthinkError, InputError, StoreError
 from backthink.host.app import App
@@ -30,7 +33,6 @@ from backthink.host.status import NOT_CONFIGURED, Status, model_health, owner_st
 from backthink.models import MemoryKind, Message
 from backthink.records import RoundRecord
 from backthink.round.pause import parse_pause_duration
-from backthink.web import pages, round_page, static
 from backthink.web.day import FIRST_DAY, LAST_DAY, day_bounds, in_range, lay_out, local_day
 from backthink.web.guard import Guard
 
