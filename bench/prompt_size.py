@@ -247,8 +247,8 @@ async def _two_heartbeats(base_url: str, work: Path, *, memory: bool) -> list[in
     from common import message_text
 
     from backthink.config import Settings
+    from backthink.endpoint.client import OpenAIModelClient
     from backthink.host.app import AppOverrides, build_app
-    from backthink.model.client import OpenAIModelClient
     from backthink.models import Memory, MemoryKind, Message
     from backthink.testing import FakeClock, VolatileStores
 

@@ -203,7 +203,7 @@ def request_chars(body: dict[str, Any]) -> tuple[int, int]:
 
 async def run_week(fake: FakeOpenAI, *, tools: str, after: bool) -> tuple[list[Day], list[str]]:
     """One configuration's week; the days' figures and the beats whose push went missing."""
-    from backthink.model.client import OpenAIModelClient
+    from backthink.endpoint.client import OpenAIModelClient
     from backthink.models import Message
     from backthink.testing import FakeClock, RecordingChannel, make_rig
 

@@ -147,7 +147,7 @@ def _rounds(url: str) -> list[tuple[datetime, datetime, datetime | None, str]]:
     import psycopg
 
     from backthink.host.queue import conninfo
-    from backthink.round.record import SLOT_NOTE
+    from backthink.round.recorder import SLOT_NOTE
 
     with psycopg.connect(conninfo(url)) as conn:
         rows = conn.execute("SELECT started_at, finished_at, notes, outcome FROM round").fetchall()

@@ -20,7 +20,7 @@ FLOORS: dict[str, int] = {
     "decision": 2,
     "memory": 3,
     "store": 4,
-    "model": 4,
+    "endpoint": 4,
     "tools": 5,
     "delivery": 5,
     "round": 6,

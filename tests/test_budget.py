@@ -16,7 +16,7 @@ from support.fake_script import ToolCalls
 from backthink.config import Settings
 from backthink.testing import Calls, FakeClock, ScriptedModel, make_rig
 from backthink.tools import ToolSpec
-from backthink.tools.budget import SEARCH_NAME, block_chars, rank
+from backthink.tools.definition_budget import SEARCH_NAME, block_chars, rank
 
 PROMPTS = Path(__file__).resolve().parent.parent / "backthink/prompts"
 FIXTURES = Path(__file__).resolve().parent / "support" / "mcp_fixtures"

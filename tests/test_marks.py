@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from backthink.config import ModelSettings, Settings
-from backthink.model.learned import SchemaFormMemory
+from backthink.endpoint.learned import SchemaFormMemory
 from backthink.models import Message, Outcome
 from backthink.ports import EndpointKey
 from backthink.records import Delivery, DeliveryStatus, OutgoingMessage, RoundRecord

@@ -26,8 +26,8 @@ from support.fake_script import (
 )
 
 from backthink.config import ModelSettings
+from backthink.endpoint.client import PLACEHOLDER_API_KEY, OpenAIModelClient
 from backthink.errors import ModelError, ModelNotConfiguredError, ModelTimeoutError
-from backthink.model.client import PLACEHOLDER_API_KEY, OpenAIModelClient
 from backthink.records import ModelMessage
 
 AWAIT_TIMEOUT_S = 10.0  # seconds any single await in these tests may take
@@ -322,7 +322,7 @@ async def test_probe_lists_models(fake: FakeOpenAI, make_client: ClientFactory) 
     unlisted = await within(make_client(name="other-model").probe())
 
     assert listed == f"127.0.0.1:{fake.port} lists 1 model; {DEFAULT_MODEL!r} is listed"
-    assert unlisted.endswith("'other-model' is not listed")
+    assert unlisted.endswith("'other-model' is not listed (it lists 'fake-model')")
     assert [(r.method, r.path) for r in fake.requests] == [("GET", "/v1/models")] * 2
 
 
@@ -440,7 +440,7 @@ async def test_a_dribbling_endpoint_is_cut_off_within_the_call_budget(
     make_client: ClientFactory,
 ) -> None:
     """Headers, then a byte every 50 ms: each attempt ends at timeout_s, the call within budget."""
-    from backthink.model.attempt import call_budget
+    from backthink.endpoint.attempt import call_budget
 
     normal_started = time.perf_counter()
     await within(make_client(timeout_s=0.4, max_retries=1).complete(MESSAGES))
@@ -460,7 +460,7 @@ async def test_a_call_whose_retries_outlast_the_budget_ends_at_the_budget(
     fake: FakeOpenAI, make_client: ClientFactory
 ) -> None:
     """A server asking to retry in a minute does not hold the call past its budget."""
-    from backthink.model.attempt import call_budget
+    from backthink.endpoint.attempt import call_budget
 
     fake.script(Fail(503, retry_after_s=60.0), "[decision:no_push]")
     budget = call_budget(0.3, 1)

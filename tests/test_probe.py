@@ -8,8 +8,8 @@ from support.fake_openai import FakeOpenAI
 from support.fake_script import Fail
 
 from backthink.config import ModelSettings
-from backthink.model.client import OpenAIModelClient
-from backthink.model.probe import PROBE_TOOL, ToolSupport, probe_tools
+from backthink.endpoint.client import OpenAIModelClient
+from backthink.endpoint.probe import PROBE_TOOL, ToolSupport, probe_tools
 
 
 def client(fake: FakeOpenAI) -> OpenAIModelClient:

@@ -8,7 +8,7 @@ from pathlib import Path
 from backthink.errors import StoreError
 from backthink.models import Outcome
 from backthink.records import RoundRecord
-from backthink.round.record import Recorder
+from backthink.round.recorder import Recorder
 from backthink.round.spill import Spill
 from backthink.store import VolatileRoundStore
 

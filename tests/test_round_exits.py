@@ -14,7 +14,7 @@ from backthink.config import Settings
 from backthink.errors import StoreError
 from backthink.models import Message, Outcome, OwnerActivity
 from backthink.records import Delivery, ModelMessage, ModelReply, RoundRecord
-from backthink.round.record import INTERRUPTED_NOTE
+from backthink.round.recorder import INTERRUPTED_NOTE
 from backthink.testing import (
     Calls,
     FakeClock,

@@ -13,7 +13,7 @@ import pytest
 from backthink.config import Settings
 from backthink.models import Availability, Message, Outcome, RoundState
 from backthink.records import Delivery, DeliveryStatus, ModelMessage, ModelReply, OutgoingMessage
-from backthink.round.record import RESUMED_NOTE
+from backthink.round.recorder import RESUMED_NOTE
 from backthink.testing import (
     FakeClock,
     RecordingChannel,

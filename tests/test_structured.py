@@ -40,9 +40,9 @@ from backthink.decision.structured import (
     parse_json_reply,
     response_format,
 )
+from backthink.endpoint.body import request_body
+from backthink.endpoint.client import OpenAIModelClient
 from backthink.errors import ModelError
-from backthink.model.body import request_body
-from backthink.model.client import OpenAIModelClient
 from backthink.models import MemoryKind, Outcome, Reason, Urgency
 from backthink.records import ModelMessage
 from backthink.round.prompts import PromptBook, render_prompt

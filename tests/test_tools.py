@@ -383,7 +383,7 @@ async def test_a_real_endpoint_still_asking_for_tools_at_the_end_is_tool_limit(
 ) -> None:
     """Calls asked for on the last, tool-less turn end suppressed/tool_limit, not model_error."""
     from backthink.config import ModelSettings
-    from backthink.model.client import OpenAIModelClient
+    from backthink.endpoint.client import OpenAIModelClient
 
     again = ToolCalls((("capability_list", {}),))
     fake.script(again, again)
@@ -400,7 +400,7 @@ async def test_a_real_endpoint_still_asking_for_tools_at_the_end_is_tool_limit(
 async def test_a_plain_round_answered_with_calls_only_is_a_model_error(fake: FakeOpenAI) -> None:
     """A round that offered no tools and got only calls back has no reply: failed/model_error."""
     from backthink.config import ModelSettings
-    from backthink.model.client import OpenAIModelClient
+    from backthink.endpoint.client import OpenAIModelClient
 
     fake.script(ToolCalls((("capability_list", {}),)))
     client = OpenAIModelClient(ModelSettings(base_url=fake.base_url, name="m", max_retries=0))

@@ -14,8 +14,8 @@ from support.fake_openai import FakeOpenAI
 from support.fake_script import Fail
 
 from backthink.config import Settings
-from backthink.model.body import IMAGE_PLACEHOLDER
-from backthink.model.client import OpenAIModelClient
+from backthink.endpoint.body import IMAGE_PLACEHOLDER
+from backthink.endpoint.client import OpenAIModelClient
 from backthink.models import Message, Outcome
 from backthink.testing import FakeClock, Rig, VolatileMessageStore, make_rig
 

@@ -29,7 +29,7 @@ from support.fake_script import Reply
 from backthink.config import Settings
 from backthink.host.queue import STALLED_S
 from backthink.records import RoundRecord
-from backthink.round.record import SLOT_NOTE
+from backthink.round.recorder import SLOT_NOTE
 from backthink.store import open_database
 
 OWNERS = 300

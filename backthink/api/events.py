@@ -38,7 +38,7 @@ from backthink.errors import StoreError
 from backthink.host.fleet import Fleet
 from backthink.models import SessionEntry
 
-log = structlog.get_logger("backthink.api")
+log = structlog.get_logger(__name__)
 
 KEEPALIVE_S = 10.0  # seconds without a write before a comment line (the contract allows 15)
 MAX_STREAMS = 8  # event streams one owner may hold open at once

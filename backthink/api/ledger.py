@@ -28,7 +28,7 @@ from backthink.errors import BackthinkError, StoreError
 from backthink.host.fleet import Fleet
 from backthink.models import Message
 
-log = structlog.get_logger("backthink.relay")
+log = structlog.get_logger(__name__)
 
 SESSION_TAIL = 30  # newest session messages a turn is matched against
 Kept = Literal["appended", "replaced", "skipped"]

@@ -25,7 +25,7 @@ from backthink.host.live import Live
 from backthink.host.serving import HttpServer, serve
 from backthink.redact import redact_url
 
-log = structlog.get_logger("backthink.api")
+log = structlog.get_logger(__name__)
 
 Handler = Callable[[Request], Awaitable[Response]]
 PageApp = Callable[[Fleet, list[str], Live], Awaitable[ASGIApp]]

@@ -37,10 +37,10 @@ def eval_cmd(
         return
     if file is None:
         raise InputError("missing the scenario file (or --compare A.json B.json)")
+    from backthink.endpoint.client import OpenAIModelClient
     from backthink.evaluation.runner import Evaluation, config_owner_settings, run_eval
     from backthink.evaluation.scenarios import load_scenarios
     from backthink.evaluation.table import render_table
-    from backthink.model.client import OpenAIModelClient
 
     c = command_context(ctx, owner)
     settings = config_owner_settings(c.settings(), c.owner)

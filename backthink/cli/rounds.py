@@ -18,7 +18,7 @@ def rounds(
     owner: OwnerOption = None,
 ) -> None:
     """Show the audit log of rounds, newest first."""
-    from backthink.round.record import Recorder
+    from backthink.round.recorder import Recorder
     from backthink.round.spill import Spill
     from backthink.store import open_database
 

@@ -154,7 +154,7 @@ def init_cmd(
 
 def _local_servers() -> list[Any]:
     """The model servers answering on this machine's usual ports, each said in one line."""
-    from backthink.model.local import find_local_servers, ports_to_ask
+    from backthink.endpoint.local import find_local_servers, ports_to_ask
 
     found = asyncio.run(find_local_servers(ports_to_ask(os.environ)))
     for server in found:

@@ -9,7 +9,7 @@ import typer
 from backthink.cli.common import OwnerOption, command_context, print_json, run_sync
 from backthink.models import Outcome, Reason
 from backthink.records import RoundRecord
-from backthink.tools.budget import SEARCH_NAME, OfferedTools
+from backthink.tools.definition_budget import SEARCH_NAME, OfferedTools
 
 
 def think(
@@ -38,7 +38,7 @@ def think(
         async with open_fleet(settings) as fleet:
             a = await fleet.app(owner_id)
             if dry_run:
-                from backthink.model.body import request_body
+                from backthink.endpoint.body import request_body
 
                 request = await a.thinker.prepare(owner_id, trigger)
                 offered = await a.thinker.tool_offer(owner_id)

@@ -98,7 +98,7 @@ def _read_env_file(path: Path) -> dict[str, str]:
         # goes on without it, as the daemon's own user does.
         import structlog
 
-        structlog.get_logger().warning(
+        structlog.get_logger(__name__).warning(
             "config.env_file_unreadable", path=str(path), problem=exc.strerror
         )
         return {}

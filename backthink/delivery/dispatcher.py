@@ -36,7 +36,7 @@ from backthink.models import Decision, Message
 from backthink.ports import Channel, Clock, Marks, Outbox
 from backthink.records import Delivery, DeliveryStatus, OutgoingMessage
 
-log = structlog.get_logger("backthink.delivery")
+log = structlog.get_logger(__name__)
 
 DEFAULT_BACKOFF_S = (1.0, 4.0)  # seconds to wait before the 2nd and 3rd attempt
 DEFAULT_COOLDOWN = timedelta(minutes=10)  # a failed channel is skipped this long

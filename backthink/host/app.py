@@ -35,7 +35,7 @@ from backthink.ports import (
 )
 from backthink.round.pause import Pauses
 from backthink.round.prompts import PromptBook, owner_display_name
-from backthink.round.record import Recorder
+from backthink.round.recorder import Recorder
 from backthink.round.request import RequestBuilder
 from backthink.round.spill import Spill
 from backthink.round.state import FileStateProvider
@@ -45,7 +45,7 @@ from backthink.tools import Tool
 from backthink.tools.offer import ToolOffer
 
 if TYPE_CHECKING:
-    from backthink.model.client import OpenAIModelClient
+    from backthink.endpoint.client import OpenAIModelClient
 
 
 MODEL_MISSING_HINT = (
@@ -260,11 +260,11 @@ def model_from_settings(
     """The model client of the settings (None: no endpoint configured).
 
     With `marks` and `clock`, what the client learns of the endpoint is kept
-    for every process (see `backthink.model.learned`).
+    for every process (see `backthink.endpoint.learned`).
     """
     # Imported here: the openai SDK is the slowest import of the daemon, and the
     # commands that never call a model (messages, rounds) need not pay for it.
-    from backthink.model.client import OpenAIModelClient
+    from backthink.endpoint.client import OpenAIModelClient
 
     try:
         return OpenAIModelClient(

@@ -9,11 +9,11 @@ from typing import Literal
 
 from backthink.config import Settings, WebChannelSettings, WebhookChannelSettings
 from backthink.delivery.channels import build_channel
+from backthink.endpoint.client import NOT_LISTED, OpenAIModelClient
+from backthink.endpoint.local import find_local_servers, ports_to_ask
+from backthink.endpoint.probe import ToolSupport, probe_tools
 from backthink.errors import BackthinkError, ModelNotConfiguredError
 from backthink.host.app import MODEL_MISSING_HINT, AppOverrides, build_app
-from backthink.model.client import NOT_LISTED, OpenAIModelClient
-from backthink.model.local import find_local_servers, ports_to_ask
-from backthink.model.probe import ToolSupport, probe_tools
 from backthink.redact import redact_url
 from backthink.store import VolatileStores, open_database
 

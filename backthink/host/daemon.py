@@ -38,7 +38,7 @@ from backthink.host.schedule import (
 from backthink.models import Outcome, Owner, Reason, Trigger
 from backthink.records import RoundRecord
 
-log = structlog.get_logger("backthink.daemon")
+log = structlog.get_logger(__name__)
 
 
 class StoppingError(BackthinkError):

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import structlog
 
-log = structlog.get_logger("backthink.daemon")
+log = structlog.get_logger(__name__)
 
 STORM_LOG_S: Final = 60.0  # seconds between two log lines about one kind of storm
 ACCEPT_FAILED: Final = "socket.accept() out of system resource"

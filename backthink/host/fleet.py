@@ -42,12 +42,12 @@ from backthink.models import Language, Owner
 from backthink.ports import Clock, ModelClient, Outbox, OwnerStore
 from backthink.records import RoundRecord
 from backthink.round.prompts import PromptBook
-from backthink.round.record import Recorder, RoundStart, unstarted_record
+from backthink.round.recorder import Recorder, RoundStart, unstarted_record
 from backthink.round.spill import Spill
 from backthink.store import open_database
 from backthink.store.claims import OwnerClaims
 
-log = structlog.get_logger("backthink.fleet")
+log = structlog.get_logger(__name__)
 
 CACHED_APPS = 4096
 Wire = Callable[[Settings, PromptBook, str], App]

@@ -32,7 +32,7 @@ from backthink.host.descriptors import StormLog
 from backthink.host.live import Live
 from backthink.records import RoundRecord
 
-log = structlog.get_logger("backthink.poke")
+log = structlog.get_logger(__name__)
 
 MAX_REQUEST_BYTES = 16 * 1024  # bytes of the one request line
 MAX_TRIGGER_CHARS = 500  # characters; a trigger is one short line of text

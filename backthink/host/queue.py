@@ -45,7 +45,7 @@ from backthink.models import Owner, Trigger
 from backthink.records import RoundRecord
 from backthink.store.claims import Claim, OwnerClaims
 
-log = structlog.get_logger("backthink.worker")
+log = structlog.get_logger(__name__)
 
 SWEEP_S = 2  # seconds between sweeps for due owners
 REAP_S = 5  # seconds between looks for round jobs of dead workers

@@ -27,7 +27,7 @@ from backthink.host.limits import (
     listener_bounds,
 )
 
-log = structlog.get_logger("backthink.serving")
+log = structlog.get_logger(__name__)
 
 START_TIMEOUT_S = 10.0  # seconds for the server to begin accepting connections
 STOP_TIMEOUT_S = 5.0  # seconds for the server to finish on shutdown

@@ -180,7 +180,7 @@ async def model_health(settings: ModelSettings, *, client: ModelClient | None = 
     without retries is opened for the probe.
     """
     # Imported here: the openai SDK is slow to import, and only this check needs it.
-    from backthink.model.client import OpenAIModelClient
+    from backthink.endpoint.client import OpenAIModelClient
 
     if settings.base_url is None:
         return NOT_CONFIGURED

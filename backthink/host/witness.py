@@ -19,7 +19,7 @@ from backthink.host.app import App
 from backthink.host.fleet import Fleet
 from backthink.host.poke import ask_status
 
-log = structlog.get_logger("backthink.witness")
+log = structlog.get_logger(__name__)
 
 ASK_TIMEOUT_S = 2.0  # seconds a round waits for the daemon's word before counting nobody
 

@@ -29,7 +29,7 @@ from backthink.host.queue import (
     queue_app,
 )
 
-log = structlog.get_logger("backthink.worker")
+log = structlog.get_logger(__name__)
 
 
 async def serve(settings: Settings) -> int:

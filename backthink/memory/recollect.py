@@ -18,7 +18,7 @@ from backthink.memory.block import MemoryBlock, journal_share
 from backthink.models import Memory, MemoryKind, Message, Recalled
 from backthink.ports import MemoryStore
 
-log = structlog.get_logger("backthink.round")
+log = structlog.get_logger(__name__)
 
 
 async def recollect(

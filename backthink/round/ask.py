@@ -25,7 +25,7 @@ from backthink.round.request import Request
 from backthink.tools.loop import LoopResult, Stop, run_tool_loop
 from backthink.tools.offer import ToolOffer
 
-log = structlog.get_logger("backthink.round")
+log = structlog.get_logger(__name__)
 
 NO_TEXT_ONLY_CALLS = "model endpoint returned no usable reply: no text content, only tool calls"
 NO_REPLY = "model endpoint returned no usable reply"

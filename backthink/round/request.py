@@ -20,9 +20,9 @@ from backthink.memory.block import MemoryBlock, render_memory_block
 from backthink.models import MemoryRef, Message, StateReading, Trigger
 from backthink.ports import StateProvider
 from backthink.records import ModelMessage
-from backthink.round.budget import cut_text, fit_history
 from backthink.round.context import conversation
 from backthink.round.prompts import PromptBook, owner_display_name, render_prompt
+from backthink.round.text_budget import cut_text, fit_history
 from backthink.tools.offer import offers_tools
 
 

@@ -25,7 +25,7 @@ from backthink.errors import StoreError
 from backthink.ports import RoundStore
 from backthink.records import RoundRecord
 
-log = structlog.get_logger("backthink.round")
+log = structlog.get_logger(__name__)
 
 RESERVE_BYTES: Final = 1024 * 1024  # bytes allocated beforehand for records a full disk refuses
 RESERVE_SUFFIX: Final = ".reserve"

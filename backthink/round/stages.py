@@ -6,7 +6,7 @@ prepares the request (`Prepared`), the model step answers (`Asked`, in
 the gate judges it (`Judged`), the dispatcher hands it over (a
 `DeliveryResult`). Each value is frozen and carries its own notes. The round
 keeps the values it reached on its `Trail`, with the tool calls made so far,
-and leaves by an `Exit`; `backthink.round.record.assemble` makes the record
+and leaves by an `Exit`; `backthink.round.recorder.assemble` makes the record
 from the two, whichever way the round left.
 """
 

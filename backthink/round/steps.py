@@ -25,7 +25,7 @@ from backthink.ports import Clock, MemoryStore, MessageStore, ModelClient, Round
 from backthink.round.ask import Asked, Errored, Replied, Stopped, ask
 from backthink.round.history import gate_history, latest_credible, owner_spoke
 from backthink.round.pause import Pauses
-from backthink.round.record import RoundStart
+from backthink.round.recorder import RoundStart
 from backthink.round.request import Request, RequestBuilder
 from backthink.round.stages import Exit, Judged, Prepared, Read, Trail
 from backthink.round.unchanged import UnchangedBeats, asks_every_time

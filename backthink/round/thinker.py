@@ -6,7 +6,7 @@ not know which of them did. The steps (`backthink.round.steps`) each return
 a frozen value that carries its own notes (`backthink.round.stages`), kept
 on the round's trail as they return; every way out (a delivery, a skip, a
 cancellation, a database error, a bug) makes the record from that trail in
-one place (`backthink.round.record.assemble`). Every round ends with exactly
+one place (`backthink.round.recorder.assemble`). Every round ends with exactly
 one outcome and reason, recorded by the `Recorder` with one `round.finished`
 log line.
 """
@@ -26,7 +26,7 @@ from backthink.models import Outcome, Reason
 from backthink.ports import Clock, MemoryStore, MessageStore, ModelClient, RoundStore
 from backthink.records import RoundRecord
 from backthink.round.pause import Pauses
-from backthink.round.record import (
+from backthink.round.recorder import (
     INTERRUPTED_NOTE,
     Recorder,
     RoundStart,
@@ -38,10 +38,10 @@ from backthink.round.record import (
 from backthink.round.request import Request, RequestBuilder
 from backthink.round.stages import Exit, Trail
 from backthink.round.steps import Steps
-from backthink.tools.budget import OfferedTools
+from backthink.tools.definition_budget import OfferedTools
 from backthink.tools.offer import ToolOffer
 
-log = structlog.get_logger("backthink.round")
+log = structlog.get_logger(__name__)
 
 
 class Thinker:

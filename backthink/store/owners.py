@@ -24,7 +24,7 @@ from backthink.store.database import Database
 from backthink.store.failures import describe, store_errors
 from backthink.store.tables import OwnerRow
 
-log = structlog.get_logger("backthink.store")
+log = structlog.get_logger(__name__)
 
 _FIELDS = tuple(Owner.model_fields)
 SYNC_LOCK = 7303180432  # PostgreSQL advisory lock held while the config file's owners are written

@@ -21,7 +21,7 @@ import structlog
 from backthink.decision.inert import defuse
 from backthink.records import ToolCall, ToolUse
 
-log = structlog.get_logger("backthink.tools")
+log = structlog.get_logger(__name__)
 
 CUT_MARKER = "\n…[{} characters cut]…\n"
 HEAD_SHARE = 0.75
@@ -106,7 +106,7 @@ class ToolBox:
     """The tools of one round, and the bounded way each call runs.
 
     Tools named in `held` are callable but not offered: they wait behind a
-    search (see `backthink.tools.budget`) until `offer` names them, or until
+    search (see `backthink.tools.definition_budget`) until `offer` names them, or until
     the model calls one by the name the search's listing showed it.
     """
 

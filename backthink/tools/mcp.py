@@ -53,7 +53,7 @@ from backthink.tools.mcp_shapes import (
     short,
 )
 
-log = structlog.get_logger("backthink.tools.mcp")
+log = structlog.get_logger(__name__)
 
 
 @dataclass

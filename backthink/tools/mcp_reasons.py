@@ -17,7 +17,7 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from backthink.config import McpServerSettings
 from backthink.tools.mcp_shapes import MAX_NOTE_CHARS, short
 
-log = structlog.get_logger("backthink.tools.mcp")
+log = structlog.get_logger(__name__)
 
 NOT_A_SERVER = "not an MCP server: it wrote lines that are not JSON-RPC"
 _SDK_PARSE_FAILURE = "Failed to parse JSONRPC message from server"

@@ -15,8 +15,8 @@ from pathlib import Path
 from backthink.config import Settings
 from backthink.ports import Clock, EndpointKey, Marks, MemoryStore, RoundStore
 from backthink.tools import Tool, ToolBox
-from backthink.tools.budget import OfferedTools, budget_box
 from backthink.tools.builtin import RoundContext, builtin_tools
+from backthink.tools.definition_budget import OfferedTools, budget_box
 
 # An endpoint that refused tool definitions gets plain rounds this long, then is asked again.
 TOOLS_REFUSAL_HOLD = timedelta(days=1)

@@ -36,7 +36,7 @@ from backthink.round.pause import parse_pause_duration
 from backthink.web.day import FIRST_DAY, LAST_DAY, day_bounds, in_range, lay_out, local_day
 from backthink.web.guard import Guard
 
-log = structlog.get_logger("backthink.web")
+log = structlog.get_logger(__name__)
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -181,7 +181,7 @@ class Pages:
         No MCP server is started for it: a page view has no side effects, so
         their tools are left out of the tools shown.
         """
-        from backthink.model.body import request_body
+        from backthink.endpoint.body import request_body
 
         thinker = self._app.thinker
         try:

@@ -25,7 +25,7 @@ from backthink.records import Delivery, RoundRecord
 from backthink.round.spill import Spill, disk_full
 from backthink.round.stages import Exit, Trail
 
-log = structlog.get_logger("backthink.round")
+log = structlog.get_logger(__name__)
 
 RESUMED_NOTE = "delivery completed after a restart"
 INTERRUPTED_NOTE = "cut off by shutdown before it ended"

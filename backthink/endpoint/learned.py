@@ -19,7 +19,7 @@ from backthink.config import ModelSettings
 from backthink.errors import StoreError
 from backthink.ports import Clock, EndpointKey, Marks
 
-log = structlog.get_logger("backthink.model_client")
+log = structlog.get_logger(__name__)
 
 SCHEMA_FORM_HOLD: Final = timedelta(days=1)
 # The endpoint's mark of its refusal (see `backthink.ports.Marks`).

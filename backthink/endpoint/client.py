@@ -16,16 +16,10 @@ import structlog
 
 from backthink.config import ModelSettings
 from backthink.decision.structured import SchemaForm
-from backthink.errors import (
-    ModelError,
-    ModelNotConfiguredError,
-    ModelTimeoutError,
-    ToolsRefusedError,
-)
-from backthink.model.attempt import WholeAttemptClient, call_budget
-from backthink.model.body import request_body
-from backthink.model.learned import SchemaFormMemory
-from backthink.model.wire import (
+from backthink.endpoint.attempt import WholeAttemptClient, call_budget
+from backthink.endpoint.body import request_body
+from backthink.endpoint.learned import SchemaFormMemory
+from backthink.endpoint.wire import (
     SCHEMA_REFUSAL,
     SCHEMA_REFUSAL_STATUSES,
     Completion,
@@ -37,6 +31,12 @@ from backthink.model.wire import (
     tool_calls,
     unusable,
     withheld,
+)
+from backthink.errors import (
+    ModelError,
+    ModelNotConfiguredError,
+    ModelTimeoutError,
+    ToolsRefusedError,
 )
 from backthink.ports import Clock, Marks
 from backthink.records import ModelMessage, ModelReply
@@ -53,7 +53,7 @@ DETAIL_MAX_CHARS = 160  # characters of a server's error message kept in our err
 _KEY_LIKE = re.compile(r"\bsk-[A-Za-z0-9_*\-]{4,}")
 _REDACTED = "[redacted]"
 
-log = structlog.get_logger("backthink.model_client")
+log = structlog.get_logger(__name__)
 
 
 NOT_LISTED = "is not listed"

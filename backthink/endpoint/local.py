@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from backthink.model.wire import ModelList
+from backthink.endpoint.wire import ModelList
 
 # The usual ports of local servers, in the order they are offered.
 KNOWN_PORTS: tuple[tuple[int, str], ...] = (
