@@ -22,6 +22,7 @@ from backthink.delivery.audience import Audience
 from backthink.delivery.channels import build_channels
 from backthink.delivery.dispatcher import Dispatcher, Sleep
 from backthink.errors import ConfigError, ModelNotConfiguredError
+from backthink.host.turns import LiveTurns
 from backthink.ports import (
     Channel,
     Clock,
@@ -32,6 +33,7 @@ from backthink.ports import (
     Outbox,
     RoundStore,
     StateProvider,
+    Turns,
 )
 from backthink.round.pause import Pauses
 from backthink.round.prompts import PromptBook, owner_display_name
@@ -159,6 +161,7 @@ def build_app(
     memories: MemoryStore | None = None,
     tools: Sequence[Tool] = (),
     audience: Audience | None = None,
+    turns: Turns | None = None,
 ) -> App:
     """Wire the whole object graph; every part not given is built from `settings`.
 
@@ -170,7 +173,8 @@ def build_app(
     clear note). `spill` keeps round records the database refuses. `tools` are
     offered beside the built-in and MCP tools (an embedding program's own).
     `audience` (the API's clients, when it is on) decides whether the session
-    channel is connected, and hears of every push.
+    channel is connected, and hears of every push. `turns` is the registry of
+    live turns the process shares between its apps (default: this app's own).
 
     Raises:
         ConfigError: templates, persona prompt or a channel's settings cannot work.
@@ -230,6 +234,7 @@ def build_app(
         memories=memories,
         pauses=pauses,
         rounds=rounds,
+        turns=turns if turns is not None else LiveTurns(),
         offer=ToolOffer(
             settings,
             clock=clock,

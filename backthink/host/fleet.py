@@ -5,7 +5,9 @@ the first time a round needs it, and again when its row changes; apps share
 the stores, the model client, the templates and persona prompts already
 read. A process holds at most `CACHED_APPS` of them: wiring one is cheap
 (no connection, no file read once the templates are cached), so an owner
-whose app was dropped gets a new one at its next round.
+whose app was dropped gets a new one at its next round. The registry of
+live turns (`backthink.host.turns`) is the fleet's, shared by every app and
+the relay, so an app rebuilt mid-round still finds the owner's round.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from backthink.delivery.audience import Audience
 from backthink.delivery.dispatcher import UNRECORDED_LOOKBACK
 from backthink.errors import BackthinkError, ConfigError, InputError, StoreError
 from backthink.host.app import App, SystemClock, build_app, model_from_settings, read_persona_prompt
+from backthink.host.turns import LiveTurns
 from backthink.models import Language, Owner
 from backthink.ports import Clock, ModelClient, Outbox, OwnerStore
 from backthink.records import RoundRecord
@@ -37,6 +40,7 @@ from backthink.round.record import Recorder, RoundStart, unstarted_record
 from backthink.round.spill import Spill
 from backthink.store import SqlStores, open_database
 from backthink.store.claims import OwnerClaims
+from backthink.store.turn_locks import RoundLocks, is_postgres
 
 log = structlog.get_logger("backthink.fleet")
 
@@ -67,13 +71,15 @@ class Fleet:
         recorder: Recorder | None = None,
         stores: SqlStores | None = None,
         audience: Audience | None = None,
+        turns: LiveTurns | None = None,
     ) -> None:
         """Serve the owners of `owners` (an OwnerStore), wiring their apps with `wire`.
 
         `claims` are the distributed worker's claims on the owner table;
         `recorder` records rounds that could not start; `stores` are the open
         database's (the API reads sessions and tokens there); `audience` the
-        API's clients, which every app's dispatcher asks.
+        API's clients, which every app's dispatcher asks; `turns` the
+        process's live turns, which `wire` hands to every app.
         """
         self.settings = settings
         self.clock = clock
@@ -90,6 +96,7 @@ class Fleet:
         self._personas: dict[tuple[Path | None, str, str], str] = {}
         self._stores = stores
         self.audience = audience
+        self.turns = turns if turns is not None else LiveTurns()
 
     @property
     def stores(self) -> SqlStores:
@@ -290,6 +297,10 @@ async def open_fleet(settings: Settings, **overrides: object) -> AsyncIterator[F
             overrides["model"] = model
         spill_path = settings.database.spill_path
         spill = Spill(spill_path) if spill_path is not None else None
+        locks = RoundLocks(db.db.engine) if is_postgres(db.db.engine) else None
+        if locks is not None:
+            stack.push_async_callback(locks.close)
+        turns = LiveTurns(locks)
 
         def wire(owner: Settings, prompts: PromptBook, persona: str) -> App:
             return build_app(
@@ -301,6 +312,7 @@ async def open_fleet(settings: Settings, **overrides: object) -> AsyncIterator[F
                 spill=spill,
                 prompts=prompts,
                 persona_prompt=persona,
+                turns=turns,
                 **overrides,  # type: ignore[arg-type]
             )
 
@@ -316,6 +328,7 @@ async def open_fleet(settings: Settings, **overrides: object) -> AsyncIterator[F
             recorder=Recorder(db.rounds, spill=spill),
             stores=db,
             audience=cast(Audience | None, overrides.get("audience")),
+            turns=turns,
         )
         await fleet.sync(clock.now())
         if spill is not None:
