@@ -13,7 +13,8 @@ app (rebuilt when the owner's row changes):
 - a relay turn is registered from its arrival to its end, with how far it
   got; it sees the owner's other relay turns in flight when it starts (the
   parallel notice, `backthink.api.parallel`), and a round of the owner that
-  meets one, or one begun since the round took its hold, yields.
+  meets one, or one begun since the round took its hold, yields; so does a
+  round during which the owner's message came in over the API.
 
 Nothing here holds a message's text: only ids, stages, counts and tool names.
 """
@@ -73,7 +74,8 @@ class _Owner:
     round: _RoundHold | None = None
     relay: dict[int, RelayTurn] = field(default_factory=dict)
     begun: int = 0
-    """Relay turns begun so far: a round compares it with what it saw at its hold."""
+    """The owner's turns begun so far (relay turns, messages handed in): a round compares it
+    with what it saw at its hold."""
 
 
 class _RoundHold:
@@ -180,6 +182,12 @@ class LiveTurns:
         owner.relay[turn.number] = turn
         owner.begun += 1
         return turn
+
+    def spoke(self, owner_id: str) -> None:
+        """The owner's own message came in (not through the relay): a round under way yields."""
+        owner = self._owners.get(owner_id)
+        if owner is not None:
+            owner.begun += 1
 
     def in_flight(self, owner_id: str) -> InFlight:
         """The owner's rounds and relay turns in flight in this process."""
