@@ -41,7 +41,7 @@ async def watched(rig: Rig) -> None:
 
 async def until_asked(fake: FakeOpenAI, count: int) -> None:
     async with asyncio.timeout(WAIT_S):
-        while len(fake.chat_requests) < count:
+        while len(fake.chat_requests) < count:  # noqa: ASYNC110 - another thread serves it
             await asyncio.sleep(0.01)
 
 

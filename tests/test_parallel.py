@@ -78,7 +78,7 @@ def test_the_notice_is_worded_as_the_design_says() -> None:
 
 
 def test_the_notice_counts_what_it_does_not_describe_and_shows_no_outside_words() -> None:
-    """Beyond MAX_DESCRIBED turns a count; ids and tool names that could say anything are left out."""
+    """Past MAX_DESCRIBED turns a count; ids and tool names that could say anything are left out."""
     queued = [TurnView(f"m{i}", Stage.QUEUED, 0, ()) for i in range(MAX_DESCRIBED + 2)]
     lines = (notice(queued, "en") or "").splitlines()
     assert lines[1:-1] == [
@@ -130,7 +130,7 @@ async def _chat(client: httpx2.AsyncClient, question: str, message_id: str) -> h
 async def _until(fake: FakeOpenAI, count: int) -> None:
     """Wait until the upstream has been asked `count` times."""
     async with asyncio.timeout(WAIT_S):
-        while len(fake.chat_requests) < count:
+        while len(fake.chat_requests) < count:  # noqa: ASYNC110 - another thread serves it
             await asyncio.sleep(0.01)
 
 
@@ -142,7 +142,8 @@ async def test_three_messages_at_once_each_turn_after_the_first_is_told(
     with structlog.testing.capture_logs() as logs:
         async with rig.client() as phone, rig.client() as laptop, rig.client() as watch:
             calls = []
-            for n, (client, question) in enumerate(zip((phone, laptop, watch), QUESTIONS), 1):
+            clients = (phone, laptop, watch)
+            for n, (client, question) in enumerate(zip(clients, QUESTIONS, strict=True), 1):
                 calls.append(asyncio.create_task(_chat(client, question, f"m-{n}")))
                 await _until(fake, n)
             assert rig.fleet.turns.in_flight("o") == InFlight(relay=3)
@@ -177,7 +178,7 @@ async def test_three_messages_at_once_each_turn_after_the_first_is_told(
 async def test_a_turn_beside_a_streaming_one_hears_how_far_it_got(
     rig: Rig, fake: FakeOpenAI
 ) -> None:
-    """The other turn's stage is a snapshot when this one arrives: streaming, N characters so far."""
+    """The other turn's stage is a snapshot taken when this one arrives: N characters streamed."""
     fake.script(Reply("一段很长的回答" * 8, stream_delay_s=0.05), "第二个回答")
     body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "讲个故事"}]}
     async with rig.client() as phone, rig.client() as laptop:

@@ -67,7 +67,7 @@ def settings(url: str, **sections: Any) -> Settings:
 
 
 async def test_a_round_holds_its_owner_across_an_app_rebuilt_mid_round(tmp_path: Path) -> None:
-    """The owner's row changes mid-round: the new app's round ends skipped/busy, not a second run."""
+    """The owner's row changes mid-round: the new app's round ends skipped/busy, no second run."""
     model = HeldModel(NO_PUSH, NO_PUSH)
     url = f"sqlite+aiosqlite:///{tmp_path / 'bt.db'}"
     async with open_fleet(settings(url), model=model, clock=FakeClock()) as fleet:
@@ -93,7 +93,7 @@ async def test_a_round_holds_its_owner_across_an_app_rebuilt_mid_round(tmp_path:
 
 
 async def test_a_queued_slot_met_busy_leaves_the_slot_id_to_the_round_holding_it() -> None:
-    """A slot run again while its first run holds the owner: the busy record gets an id of its own."""
+    """A slot run again while its first run holds the owner: its busy record gets its own id."""
     model = HeldModel(NO_PUSH)
     async with open_fleet(
         settings("sqlite+aiosqlite:///:memory:"), model=model, clock=FakeClock()
@@ -206,7 +206,7 @@ async def test_relay_turns_are_counted_and_forgotten_once_over() -> None:
 
 
 async def test_a_round_yields_to_a_relay_turn_begun_during_it() -> None:
-    """A round's hold is overtaken by a relay turn under way or begun since, not by one ended before."""
+    """A hold is overtaken by a relay turn under way or begun since, not by one ended before it."""
     turns = LiveTurns()
     before = turns.relay("o", None)
     before.end()
