@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Collection, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol, TypeAlias
@@ -345,5 +346,29 @@ class Channel(Protocol):
         Raises:
             DeliveryError: the message was not delivered; `retryable` says whether
                 trying again later may help.
+        """
+        ...
+
+
+class RoundTurn(Protocol):
+    """A round's hold on its owner, for as long as the round runs."""
+
+    def overtaken(self) -> bool:
+        """Whether the owner has a turn of their own under way, or began one since the hold.
+
+        A round overtaken before its model call skips; one overtaken before
+        its hand-over stays silent: the owner is talking.
+        """
+        ...
+
+
+class Turns(Protocol):
+    """The owners' live turns: one round at a time per owner, whatever process hosts it."""
+
+    def round(self, owner_id: str) -> AbstractAsyncContextManager[RoundTurn | None]:
+        """Hold the owner's round for the block; None inside when another round holds it.
+
+        Raises:
+            StoreError: the hold shared with other processes cannot be taken.
         """
         ...

@@ -60,3 +60,28 @@ SPEAKER_SWITCH_MARKER: Final = "[发言归属] "
 
 TIME_MARKER: Final[Mapping[Language, str]] = MappingProxyType({"zh": "[时间] ", "en": "[time] "})
 """How a time note begins: a system message of its own, never inside a message body."""
+
+
+class NoticeLines(NamedTuple):
+    """The fixed first and last lines of the parallel notice in one prompt language."""
+
+    first: str
+    last: str
+
+
+PARALLEL_NOTICE: Final[Mapping[Language, NoticeLines]] = MappingProxyType(
+    {
+        "zh": NoticeLines(
+            "[并行路提示] 该会话当前另有一路正在进行中（不打断它）。",
+            "你这一路独立作答；不要复述或改写对方可能给出的内容。",
+        ),
+        "en": NoticeLines(
+            "[Parallel turn] Another turn of this conversation is in progress "
+            "(it is not interrupted).",
+            "Answer this turn on its own; do not repeat or rewrite what the other turn may say.",
+        ),
+    }
+)
+"""The parallel notice's frame: a relay turn begun beside another of the same owner is told so
+in one system message of its own at the end of the forwarded request; its middle lines (the
+other turns' metadata, never their text) are `backthink.api.parallel`'s."""

@@ -251,6 +251,7 @@ def test_status_without_a_daemon(cli: Workdir, fake: FakeOpenAI) -> None:
         "channels": {"web": "ok"},
         "model": "ok",
         "disk": "ok",
+        "turns_in_flight": {"rounds": 0, "relay": 0},
     }
     cli.think_json()
     cli.cli("pause", "--for", "2h")

@@ -1,15 +1,19 @@
 """The relay's bookkeeping: what each relayed call adds to the session, and what each owner used.
 
 A call begins by planning its turn against the session's newest messages
-(`backthink.api.turns`) and storing the new user messages beside the
-upstream call; it ends, once, with the upstream's outcome. Then its reply is
+(`backthink.api.turns`) and storing the new user messages before the
+upstream is asked: a daemon killed during the call keeps the owner's
+question, and a round that starts meanwhile sees the owner active. It ends,
+once, with the upstream's outcome. Then its reply is
 kept: appended, or put in place of the reply a regenerated turn had, and only
 when the turn's question is in the session (a reply without its question
 would answer nothing). One owner's writes run in order, each call waiting for
 the previous one's, so a turn always finds the turns before it.
 
 Each call leaves one `relay.finished` line, written once its writes are
-done, so the counts it gives are what was stored. Messages are never logged.
+done, so the counts it gives are what was stored, with the owner's turns
+still in flight and how many were beside it when it began (`parallel`).
+Messages are never logged.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from backthink.api.turns import Turn, plan
 from backthink.api.upstream import Completion
 from backthink.errors import BackthinkError, StoreError
 from backthink.host.fleet import Fleet
+from backthink.host.turns import RelayTurn
 from backthink.models import Message
 
 log = structlog.get_logger(__name__)
@@ -66,6 +71,8 @@ class Call:
     storing: asyncio.Task[bool]
     """Stores the turn's new user messages; True once they are in the session."""
     finished: bool = field(default=False, init=False)
+    live: RelayTurn | None = field(default=None, init=False)
+    """The turn among the owner's live turns, ended when the call ends."""
 
 
 class Ledger:
@@ -90,7 +97,7 @@ class Ledger:
             await asyncio.gather(*pending, return_exceptions=True)
 
     async def begin(self, owner_id: str, messages: list[Any], *, started: float) -> Call:
-        """Plan the turn against the session and start storing its new messages.
+        """Plan the turn against the session and store its new messages.
 
         Raises:
             Refusal: a new message is beyond what `messages import` accepts (400).
@@ -118,6 +125,9 @@ class Ledger:
             ]
             storing = asyncio.create_task(self._store(owner_id, new))
             self._writing[owner_id] = storing
+        # Stored before the upstream is asked; shielded, so a client gone meanwhile
+        # still leaves the question in the session.
+        await asyncio.shield(storing)
         self._usage.setdefault(owner_id, Usage()).requests += 1
         return Call(owner_id, turn, app.settings.persona.id, started, storing)
 
@@ -138,6 +148,8 @@ class Ledger:
         if call.finished:
             return
         call.finished = True
+        if call.live is not None:
+            call.live.end()
         latency_ms = round((time.perf_counter() - call.started) * 1000, 1)
         counts = self._usage.setdefault(call.owner_id, Usage())
         if completion is not None and completion.prompt_tokens is not None:
@@ -183,6 +195,8 @@ class Ledger:
             stored=len(call.turn.new) if stored else 0,
             pushes=len(call.turn.pushes),
             reply=kept,
+            parallel=len(call.live.alongside) if call.live is not None else 0,
+            turns_in_flight=self._fleet.turns.in_flight(call.owner_id).to_json(),
             **outcome,
         )
 

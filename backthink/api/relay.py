@@ -5,7 +5,10 @@ upstream (`relay.upstream`, else the `[model]` endpoint), streamed or not,
 and the upstream's status, body (or SSE chunks, as they come) and the headers
 that matter are passed back. On the way the relay keeps the conversation and
 shows the model the companion's pushes (`backthink.api.ledger`,
-`backthink.api.turns`); the front-end's own messages are never changed.
+`backthink.api.turns`); the front-end's own messages are never changed. Each
+call is one of the owner's live turns (`backthink.host.turns`) from its
+arrival to its end; one that arrives beside others is told of them
+(`backthink.api.parallel`).
 
 Every upstream call carries the same headers: the key, and
 `accept-encoding: identity`, so the bytes passed on are the ones the
@@ -23,6 +26,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx2
 from starlette.requests import Request
@@ -31,12 +35,15 @@ from starlette.responses import Response
 from backthink.api.access import Access
 from backthink.api.bodies import parse_json, read_body, require_json, whole_number
 from backthink.api.ledger import Call, Ledger, Usage
+from backthink.api.parallel import client_message_id, notice, tools_called, with_notice
 from backthink.api.refusals import Refusal, error_body, error_response
 from backthink.api.responses import EndingStream
 from backthink.api.turns import with_pushes
 from backthink.api.upstream import StreamReader, passed_headers, read_completion
 from backthink.config import Settings
 from backthink.host.fleet import Fleet
+from backthink.host.turns import RelayTurn
+from backthink.models import Language
 
 CONNECT_TIMEOUT_S = 10.0  # seconds to reach the upstream
 ANSWER_MAX_BYTES = 64 * 1024 * 1024  # a non-streamed answer larger than this is not passed on
@@ -79,6 +86,7 @@ class Relay:
             timeout=httpx2.Timeout(model.timeout_s, connect=CONNECT_TIMEOUT_S), headers=headers
         )
         self.ledger = Ledger(fleet)
+        self._fleet = fleet
         self._stopping = asyncio.Event()
 
     def usage(self, owner_id: str) -> Usage:
@@ -130,16 +138,40 @@ class Relay:
         body = parse_json(raw)
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             raise Refusal(400, "messages: expected a list of chat messages")
+        live = self._fleet.turns.relay(owner_id, client_message_id(request.headers))
+        live.called(tools_called(body["messages"]))
+        try:
+            return await self._forward(owner_id, url, raw, body, live, started)
+        except BaseException:
+            live.end()  # cut short (a refusal, the client gone): no longer in flight
+            raise
+
+    async def _forward(
+        self,
+        owner_id: str,
+        url: str,
+        raw: bytes,
+        body: dict[str, Any],
+        live: RelayTurn,
+        started: float,
+    ) -> Response:
+        """Record the turn, forward it, pass the answer back; the call ends the live turn."""
         call = await self.ledger.begin(owner_id, body["messages"], started=started)
+        call.live = live
         forwarded = raw
-        if call.turn.pushes:
-            forwarded = json.dumps(
-                {**body, "messages": with_pushes(body["messages"], call.turn)}, ensure_ascii=False
-            ).encode()
+        told = notice(live.alongside, self._language(owner_id))
+        if call.turn.pushes or told is not None:
+            messages = body["messages"]
+            if call.turn.pushes:
+                messages = with_pushes(messages, call.turn)
+            if told is not None:
+                messages = with_notice(messages, told)
+            forwarded = json.dumps({**body, "messages": messages}, ensure_ascii=False).encode()
         stream = body.get("stream") is True
         upstream = self._client.build_request(
             "POST", url, content=forwarded, headers={"content-type": "application/json"}
         )
+        live.asking()
         try:
             answer = await self._client.send(upstream, stream=True)
         except httpx2.HTTPError as exc:
@@ -175,6 +207,11 @@ class Relay:
             content, status_code=answer.status_code, headers=passed_headers(answer.headers)
         )
 
+    def _language(self, owner_id: str) -> Language:
+        """The owner's prompt language (its app is wired by now), for the parallel notice."""
+        app = self._fleet.cached(owner_id)
+        return (app.settings if app is not None else self._fleet.settings).prompt.language
+
     @property
     def _too_large(self) -> str:
         """What a client is told of an answer past the bound."""
@@ -209,6 +246,8 @@ class Relay:
         try:
             async for piece in self._pieces(answer):
                 reader.feed(piece)
+                if call.live is not None:
+                    call.live.streamed(reader.chars, reader.tools)
                 yield piece
         except httpx2.HTTPError as exc:
             status, error = _failure(exc)

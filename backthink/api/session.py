@@ -77,6 +77,8 @@ class SessionRoutes:
             for i, item in enumerate(items)
         ]
         stored = await self._session.append(messages)
+        if any(m.role == "user" for m in messages):
+            self._fleet.turns.spoke(owner_id)  # a round under way yields to the owner
         return JSONResponse({"messages": [_plain(m) for m in stored]})
 
     async def get_messages(self, request: Request) -> Response:

@@ -25,6 +25,7 @@ PASSED_HEADERS = (
 )
 PASSED_PREFIXES = ("x-ratelimit-",)
 LINE_MAX_BYTES = 4 * 1024 * 1024  # one SSE line longer than this is not read (still passed on)
+MAX_TOOL_NAMES = 8  # tool names a stream's reader keeps, the first ones
 
 
 def passed_headers(headers: Mapping[str, str]) -> dict[str, str]:
@@ -92,6 +93,10 @@ class StreamReader:
         self._pending_bytes = 0
         self._parts: list[str] = []
         self._broken = False
+        self.chars = 0
+        """Characters of the reply's text so far."""
+        self.tools: list[str] = []
+        """Names of the tools the reply calls so far (the first MAX_TOOL_NAMES)."""
 
     def feed(self, chunk: bytes) -> None:
         """Read one piece of the byte stream (pieces may split lines anywhere)."""
@@ -132,6 +137,13 @@ class StreamReader:
             content = delta.get("content") if isinstance(delta, Mapping) else None
             if isinstance(content, str):
                 self._parts.append(content)
+                self.chars += len(content)
+            calls = delta.get("tool_calls") if isinstance(delta, Mapping) else None
+            for call in calls if isinstance(calls, list) else ():
+                function = call.get("function") if isinstance(call, Mapping) else None
+                name = function.get("name") if isinstance(function, Mapping) else None
+                if isinstance(name, str) and name and len(self.tools) < MAX_TOOL_NAMES:
+                    self.tools.append(name)
             if choice.get("finish_reason"):
                 self.completion.complete = True
 

@@ -22,6 +22,7 @@ from backthink.delivery.audience import Audience
 from backthink.delivery.channels import build_channels
 from backthink.delivery.dispatcher import Dispatcher, Sleep
 from backthink.errors import ConfigError, ModelNotConfiguredError
+from backthink.host.turns import LiveTurns
 from backthink.ports import (
     Channel,
     Clock,
@@ -32,6 +33,7 @@ from backthink.ports import (
     Outbox,
     RoundStore,
     StateProvider,
+    Turns,
 )
 from backthink.round.pause import Pauses
 from backthink.round.prompts import PromptBook, owner_display_name
@@ -149,6 +151,8 @@ class AppOverrides:
         tools: offered beside the built-in and MCP tools (an embedding program's own).
         audience: the API's clients, when it is on: it decides whether the
             session channel is connected, and hears of every push.
+        turns: the registry of live turns the process shares between its apps
+            (left out: this app's own).
     """
 
     model: ModelClient | FromSettings | None = FROM_SETTINGS
@@ -162,6 +166,7 @@ class AppOverrides:
     spill: Spill | None = None
     tools: Sequence[Tool] = ()
     audience: Audience | None = None
+    turns: Turns | None = None
 
 
 NO_OVERRIDES: Final = AppOverrides()
@@ -226,6 +231,7 @@ def build_app(settings: Settings, stores: Stores, overrides: AppOverrides = NO_O
         memories=stores.memories,
         pauses=pauses,
         rounds=stores.rounds,
+        turns=overrides.turns if overrides.turns is not None else LiveTurns(),
         offer=ToolOffer(
             settings,
             clock=clock,

@@ -152,13 +152,15 @@ class Daemon:
         return record
 
     def status(self, owner_id: str) -> LiveStatus:
-        """What only the running daemon knows: the owner's next heartbeat, the channels' health."""
+        """What only the running daemon knows: the next heartbeat, the channels, the turns."""
         job = self._scheduler.get_job(f"heartbeat:{owner_id}") if self._scheduler else None
         at = job.next_run_time if job is not None else None
         app = self._fleet.cached(owner_id)
         audience = self._fleet.audience
         watched = audience.present(owner_id, self._fleet.clock.now()) if audience else None
-        return LiveStatus(at, app.dispatcher.health() if app is not None else {}, watched)
+        health = app.dispatcher.health() if app is not None else {}
+        turns = self._fleet.turns.in_flight(owner_id).to_json()
+        return LiveStatus(at, health, watched, turns)
 
     async def _job(self, owner_id: str, trigger: str) -> None:
         """A scheduled round; one that cannot start is logged and recorded, never dropped."""

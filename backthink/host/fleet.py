@@ -5,7 +5,9 @@ the first time a round needs it, and again when its row changes; apps share
 the stores, the model client, the templates and persona prompts already
 read. A process holds at most `CACHED_APPS` of them: wiring one is cheap
 (no connection, no file read once the templates are cached), so an owner
-whose app was dropped gets a new one at its next round.
+whose app was dropped gets a new one at its next round. The registry of
+live turns (`backthink.host.turns`) is the fleet's, shared by every app and
+the relay, so an app rebuilt mid-round still finds the owner's round.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from backthink.host.app import (
     model_from_settings,
     read_persona_prompt,
 )
+from backthink.host.turns import LiveTurns
 from backthink.models import Language, Owner
 from backthink.ports import Clock, ModelClient, Outbox, OwnerStore
 from backthink.records import RoundRecord
@@ -46,6 +49,7 @@ from backthink.round.recorder import Recorder, RoundStart, unstarted_record
 from backthink.round.spill import Spill
 from backthink.store import open_database
 from backthink.store.claims import OwnerClaims
+from backthink.store.turn_locks import RoundLocks, is_postgres
 
 log = structlog.get_logger(__name__)
 
@@ -77,13 +81,15 @@ class Fleet:
         session: ChatSession | None = None,
         tokens: TokenStore | None = None,
         audience: Audience | None = None,
+        turns: LiveTurns | None = None,
     ) -> None:
         """Serve the owners of `owners` (an OwnerStore), wiring their apps with `wire`.
 
         `claims` are the distributed worker's claims on the owner table;
         `recorder` records rounds that could not start; `session` and
         `tokens` are what the API reads and writes (None: the fleet serves no
-        API); `audience` the API's clients, which every app's dispatcher asks.
+        API); `audience` the API's clients, which every app's dispatcher asks;
+        `turns` the process's live turns, which `wire` hands to every app.
         """
         self.settings = settings
         self.clock = clock
@@ -101,6 +107,7 @@ class Fleet:
         self._session = session
         self._tokens = tokens
         self.audience = audience
+        self.turns = turns if turns is not None else LiveTurns()
 
     @property
     def session(self) -> ChatSession:
@@ -315,8 +322,13 @@ async def open_fleet(
         spill = overrides.spill
         if spill is None and settings.database.spill_path is not None:
             spill = Spill(settings.database.spill_path)
-        # Every owner's app shares the clock, the model client and the spill file.
-        shared = replace(overrides, clock=clock, model=model, spill=spill)
+        locks = RoundLocks(db.db.engine) if is_postgres(db.db.engine) else None
+        if locks is not None:
+            stack.push_async_callback(locks.close)
+        turns = LiveTurns(locks)
+        # Every owner's app shares the clock, the model client, the spill file and the
+        # registry of live turns.
+        shared = replace(overrides, clock=clock, model=model, spill=spill, turns=turns)
 
         def wire(owner: Settings, prompts: PromptBook, persona: str) -> App:
             parts = replace(
@@ -338,6 +350,7 @@ async def open_fleet(
             session=db.session,
             tokens=db.tokens,
             audience=shared.audience,
+            turns=turns,
         )
         await fleet.sync(clock.now())
         if spill is not None:

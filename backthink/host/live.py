@@ -1,4 +1,4 @@
-"""What only the running daemon knows about an owner: its next heartbeat, its channels' health."""
+"""What only the running daemon knows about an owner: its next heartbeat, channels, turns."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ class LiveStatus:
     """Each configured channel: "ok", or "down" while its circuit breaker holds."""
     watched: bool | None = None
     """Whether a client of the owner watches its session through the API (None: no API)."""
+    turns: dict[str, int] = field(default_factory=dict)
+    """The owner's turns in flight in the daemon: `{"rounds": N, "relay": N}`."""
 
     def to_json(self) -> dict[str, Any]:
         """The object the daemon's socket answers with; times ISO 8601 in UTC."""
@@ -27,6 +29,8 @@ class LiveStatus:
         }
         if self.watched is not None:
             found["watched"] = self.watched
+        if self.turns:
+            found["turns"] = dict(self.turns)
         return found
 
     @classmethod
@@ -37,6 +41,7 @@ class LiveStatus:
             _aware_time(value.get("next_heartbeat")),
             _health(value.get("channels")),
             watched if isinstance(watched, bool) else None,
+            _counts(value.get("turns")),
         )
 
 
@@ -49,6 +54,14 @@ def _health(value: object) -> dict[str, str]:
     if not isinstance(value, Mapping):
         return {}
     return {str(k): "ok" if v == "ok" else "down" for k, v in value.items()}
+
+
+def _counts(value: object) -> dict[str, int]:
+    """The daemon's turns in flight: its "rounds" and "relay" counts, each a small whole number."""
+    if not isinstance(value, Mapping):
+        return {}
+    found = {k: value.get(k) for k in ("rounds", "relay")}
+    return {k: v for k, v in found.items() if type(v) is int and 0 <= v < 1_000_000}
 
 
 def _aware_time(value: object) -> datetime | None:

@@ -3,8 +3,10 @@
 Most of the answer is in the database, shared by every process: the pause,
 the last round, the pending deliveries, and which channels failed every try
 and are down for their cooldown (whichever process tried them). Only the
-running daemon knows its next heartbeat (and whether a channel it serves is
-connected at all); it answers a status request on its socket. The model
+running daemon knows its next heartbeat (whether a channel it serves is
+connected at all, and the owner's turns in flight in it: rounds and relay
+turns); it answers a status request on its socket. On PostgreSQL a round
+any process runs shows by its owner's round lock. The model
 endpoint is probed like `backthink check` does, within a few seconds and
 without retries.
 """
@@ -24,12 +26,14 @@ from backthink.delivery.dispatcher import CHANNEL_DOWN
 from backthink.errors import BackthinkError, ModelNotConfiguredError
 from backthink.host.live import LiveStatus
 from backthink.host.poke import STATUS_TIMEOUT_S, ask_status
+from backthink.host.turns import InFlight
 from backthink.ports import Marks, ModelClient, Outbox, RoundStore
 from backthink.records import RoundRecord
 from backthink.redact import redact_urls
 from backthink.round.pause import Pauses, PauseState
 from backthink.round.spill import RESERVE_BYTES, Spill
 from backthink.store import open_database
+from backthink.store.turn_locks import round_running
 
 MODEL_TIMEOUT_S = 5.0  # seconds the model probe may take at most
 PENDING_SCAN = 1000  # pending deliveries counted at most; more than a few means trouble anyway
@@ -84,6 +88,7 @@ class Status:
     disk: DiskState = field(default_factory=lambda: DiskState(full=False))
     unwatched: tuple[str, ...] = ()
     """Session channels that are down only because no client watches them (the API is on)."""
+    turns: InFlight = field(default_factory=InFlight)
 
     def to_json(self) -> dict[str, Any]:
         """The `status --json` object; times ISO 8601 in UTC, null when there is none."""
@@ -104,6 +109,7 @@ class Status:
             "channels": dict(self.channels),
             "model": self.model,
             "disk": "full" if self.disk.full else "ok",
+            "turns_in_flight": self.turns.to_json(),
         }
 
     def render(self, tz: ZoneInfo) -> str:
@@ -141,6 +147,7 @@ class Status:
                 else self.model,
             ),
             ("disk", self.disk.describe()),
+            ("turns", _turns(self.turns)),
         ]
         width = max(len(label) for label, _ in rows)
         return "\n".join(f"{label.ljust(width)}  {value}" for label, value in rows)
@@ -212,8 +219,11 @@ async def owner_status(
     marks: Marks,
     live: LiveStatus | None,
     model: str,
+    round_elsewhere: bool = False,
 ) -> Status:
     """The status of one owner from its stores and what the daemon knows (None: not running).
+
+    `round_elsewhere`: a process on the database holds the owner's round lock.
 
     Raises:
         StoreError: the database cannot be read.
@@ -242,6 +252,10 @@ async def owner_status(
             for name, health in channels.items()
         }
     disk = disk_state(settings.database.spill_path)
+    counts = live.turns if live is not None else {}
+    turns = InFlight(
+        rounds=max(counts.get("rounds", 0), int(round_elsewhere)), relay=counts.get("relay", 0)
+    )
     return Status(
         running=live is not None,
         pause=pause,
@@ -252,6 +266,7 @@ async def owner_status(
         model=model,
         disk=disk,
         unwatched=unwatched,
+        turns=turns,
     )
 
 
@@ -276,7 +291,20 @@ async def gather(settings: Settings, owner_id: str, *, at: datetime) -> Status:
             marks=store.marks,
             live=live,
             model=model,
+            round_elsewhere=await round_running(store.db.engine, owner_id),
         )
+
+
+def _turns(turns: InFlight) -> str:
+    """The `turns` line: the owner's rounds and relay turns in flight."""
+    if not turns.rounds and not turns.relay:
+        return "none in flight"
+    parts = []
+    if turns.rounds:
+        parts.append("a round")
+    if turns.relay:
+        parts.append(f"{turns.relay} relay turn{'s' if turns.relay > 1 else ''}")
+    return " and ".join(parts) + " in flight"
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -11,6 +11,7 @@ path as a round (`Steps.request`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 
 from backthink.config import Settings
@@ -34,6 +35,11 @@ from backthink.tools.offer import ToolOffer
 
 STOPPED = {Stop.TOOL_LIMIT: Reason.TOOL_LIMIT, Stop.OWNER_ACTIVE: Reason.OWNER_ACTIVE}
 """The reason of a round whose model step stopped short of a reply."""
+OVERTAKEN_NOTE = "the owner began a turn of their own (a chat reply is under way)"
+
+
+def _never() -> bool:
+    return False
 
 
 class Steps:
@@ -66,8 +72,14 @@ class Steps:
         self._model_missing_hint = model_missing_hint
         self._beats = UnchangedBeats(settings, memories=memories, rounds=rounds)
 
-    async def run(self, start: RoundStart, trail: Trail) -> Exit:
+    async def run(
+        self, start: RoundStart, trail: Trail, *, overtaken: Callable[[], bool] = _never
+    ) -> Exit:
         """Each step in turn, its value written into `trail` as it returns; the way the round left.
+
+        `overtaken` says whether the owner began a turn of their own since the
+        round began: asked before the model call (the round skips) and before
+        the hand-over (it stays silent).
 
         Raises:
             StoreError: a read or the delivery's commit failed.
@@ -82,6 +94,8 @@ class Steps:
         prepared = await self._pre_gate(start)
         if isinstance(prepared, Exit):
             return prepared
+        if overtaken():
+            return Exit(Outcome.SKIPPED, Reason.OWNER_ACTIVE, OVERTAKEN_NOTE)
         trail.prepared = prepared
         asked = await self._ask(model, start, prepared, trail)
         trail.asked = asked
@@ -97,6 +111,8 @@ class Steps:
         verdict = judged.verdict
         if not verdict.deliver or verdict.channel is None:
             return Exit(verdict.outcome, verdict.reason)
+        if overtaken():
+            return Exit(Outcome.SUPPRESSED, Reason.OWNER_ACTIVE, OVERTAKEN_NOTE)
         sent = await self._hand_over(start, read.decision, judged, verdict.channel)
         trail.delivered = sent
         if not sent.sent:

@@ -9,12 +9,18 @@ cancellation, a database error, a bug) makes the record from that trail in
 one place (`backthink.round.recorder.assemble`). Every round ends with exactly
 one outcome and reason, recorded by the `Recorder` with one `round.finished`
 log line.
+
+One round at a time per owner: a round holds its owner in the process's
+registry of live turns (`backthink.ports.Turns`, which the fleet shares
+between every app of the process and, on PostgreSQL, with every process on
+the database); a second round meets the hold and ends `skipped/busy`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from dataclasses import replace
 from datetime import datetime
 
 import structlog
@@ -23,7 +29,15 @@ from backthink.config import Settings
 from backthink.delivery.dispatcher import Dispatcher
 from backthink.errors import StoreError
 from backthink.models import Outcome, Reason
-from backthink.ports import Clock, MemoryStore, MessageStore, ModelClient, RoundStore
+from backthink.ports import (
+    Clock,
+    MemoryStore,
+    MessageStore,
+    ModelClient,
+    RoundStore,
+    RoundTurn,
+    Turns,
+)
 from backthink.records import RoundRecord
 from backthink.round.pause import Pauses
 from backthink.round.recorder import (
@@ -43,6 +57,8 @@ from backthink.tools.offer import ToolOffer
 
 log = structlog.get_logger(__name__)
 
+BUSY_NOTE = "another round of the owner is running"
+
 
 class Thinker:
     """Runs rounds for owners with the ports it is given."""
@@ -58,6 +74,7 @@ class Thinker:
         recorder: Recorder,
         clock: Clock,
         offer: ToolOffer,
+        turns: Turns,
         memories: MemoryStore | None = None,
         pauses: Pauses | None = None,
         rounds: RoundStore | None = None,
@@ -80,7 +97,7 @@ class Thinker:
             rounds=rounds,
             model_missing_hint=model_missing_hint,
         )
-        self._in_flight: set[str] = set()
+        self._turns = turns
         self._reply_chars = reply_chars(settings.model.max_tokens)
 
     def connected(self) -> list[str]:
@@ -122,19 +139,22 @@ class Thinker:
         slot = slot_note(scheduled_for, start.started) if scheduled_for is not None else None
         trail = Trail(slot=slot)
         with structlog.contextvars.bound_contextvars(round_id=start.id, owner_id=owner_id):
-            if owner_id in self._in_flight:
-                # Single flight: a second round for the same owner would see the same
-                # context and could push the same thought twice.
-                left = Exit(Outcome.SKIPPED, Reason.BUSY)
-            else:
-                self._in_flight.add(owner_id)
-                try:
-                    left = await self._run(start, trail)
-                finally:
-                    self._in_flight.discard(owner_id)
-            return await self._record(start, left, trail)
+            try:
+                async with self._turns.round(owner_id) as turn:
+                    if turn is None:
+                        # Single flight: a second round for the same owner would see the same
+                        # context and could push the same thought twice.
+                        start, left = _busy(start, round_id)
+                    else:
+                        left = await self._run(start, trail, turn)
+            except StoreError as exc:
+                # The owner's hold shared with other processes could not be taken.
+                log.error("round.store_failed", error=str(exc))
+                left = Exit(Outcome.FAILED, Reason.STORE_ERROR, str(exc))
+            with structlog.contextvars.bound_contextvars(round_id=start.id):
+                return await self._record(start, left, trail)
 
-    async def _run(self, start: RoundStart, trail: Trail) -> Exit:
+    async def _run(self, start: RoundStart, trail: Trail, turn: RoundTurn) -> Exit:
         """The round's steps, and the way out of each failure; a cut-off round is recorded here.
 
         The trail keeps every stage reached, so each way out records all the
@@ -142,7 +162,7 @@ class Thinker:
         and the decision as a database error does.
         """
         try:
-            return await self._steps.run(start, trail)
+            return await self._steps.run(start, trail, overtaken=turn.overtaken)
         except asyncio.CancelledError:
             cut_off = Exit(Outcome.FAILED, Reason.INTERRUPTED, INTERRUPTED_NOTE)
             await self._record(start, cut_off, trail)
@@ -175,3 +195,16 @@ class Thinker:
                 record = resumed_record(left.delivery, left.result, finished=self._clock.now())
                 await self._recorder.save(record)
         return len(resumed)
+
+
+def _busy(start: RoundStart, asked: str | None) -> tuple[RoundStart, Exit]:
+    """The start and exit of a round that met its owner's round running.
+
+    A round asked for under an id of its own (a queued slot, run again) is
+    recorded under a new one: the slot's id stays with the round that holds
+    the owner, which may be that very slot's, still running elsewhere.
+    """
+    if asked is None:
+        return start, Exit(Outcome.SKIPPED, Reason.BUSY, BUSY_NOTE)
+    note = f"{BUSY_NOTE}; asked as round {asked}"
+    return replace(start, id=uuid.uuid4().hex), Exit(Outcome.SKIPPED, Reason.BUSY, note)
