@@ -18,12 +18,14 @@ import pytest
 from conftest import ROOT
 
 from backthink.config import Settings
+from backthink.host.app import AppOverrides
 from backthink.host.fleet import open_fleet
 from backthink.host.live import LiveStatus
 from backthink.host.status import Status, owner_status
 from backthink.host.turns import InFlight, LiveTurns
 from backthink.models import Outcome, Owner
 from backthink.records import ModelMessage, ModelReply
+from backthink.store import open_database
 from backthink.store.turn_locks import lock_key, round_running
 from backthink.testing import FakeClock, ScriptedModel
 
@@ -70,8 +72,12 @@ async def test_a_round_holds_its_owner_across_an_app_rebuilt_mid_round(tmp_path:
     """The owner's row changes mid-round: the new app's round ends skipped/busy, no second run."""
     model = HeldModel(NO_PUSH, NO_PUSH)
     url = f"sqlite+aiosqlite:///{tmp_path / 'bt.db'}"
-    async with open_fleet(settings(url), model=model, clock=FakeClock()) as fleet:
-        owners = fleet.stores.owners
+    config = settings(url)
+    async with (
+        open_fleet(config, AppOverrides(model=model, clock=FakeClock())) as fleet,
+        open_database(config.database) as db,
+    ):
+        owners = db.owners
         await owners.put(Owner(id="p", name="Pat", timezone="UTC"), at=fleet.clock.now())
         first_app = await fleet.app("p")
         first = asyncio.create_task(first_app.thinker.run_round("p", "heartbeat"))
@@ -96,7 +102,7 @@ async def test_a_queued_slot_met_busy_leaves_the_slot_id_to_the_round_holding_it
     """A slot run again while its first run holds the owner: its busy record gets its own id."""
     model = HeldModel(NO_PUSH)
     async with open_fleet(
-        settings("sqlite+aiosqlite:///:memory:"), model=model, clock=FakeClock()
+        settings("sqlite+aiosqlite:///:memory:"), AppOverrides(model=model, clock=FakeClock())
     ) as fleet:
         app = await fleet.app("o")
         first = asyncio.create_task(app.thinker.run_round("o", "heartbeat", round_id="slot-1"))
@@ -115,14 +121,15 @@ async def test_two_fleets_on_postgres_never_run_one_owner_side_by_side(pg_url: s
     first_model, second_model = HeldModel(NO_PUSH), ScriptedModel(NO_PUSH, NO_PUSH)
     config = settings(pg_url, owners={"q": {"timezone": "UTC"}})
     async with (
-        open_fleet(config, model=first_model, clock=FakeClock()) as one,
-        open_fleet(config, model=second_model, clock=FakeClock()) as two,
+        open_fleet(config, AppOverrides(model=first_model, clock=FakeClock())) as one,
+        open_fleet(config, AppOverrides(model=second_model, clock=FakeClock())) as two,
+        open_database(config.database) as db,
     ):
         assert one.turns is not two.turns
         app_one, app_two = await one.app("o"), await two.app("o")
         running = asyncio.create_task(app_one.thinker.run_round("o", "heartbeat"))
         await asyncio.wait_for(first_model.asked.wait(), WAIT_S)
-        assert await round_running(one.stores.db.engine, "o")
+        assert await round_running(db.db.engine, "o")
 
         busy = await app_two.thinker.run_round("o", "heartbeat")
         assert (busy.outcome, busy.reason) == (Outcome.SKIPPED, "busy")
@@ -132,7 +139,7 @@ async def test_two_fleets_on_postgres_never_run_one_owner_side_by_side(pg_url: s
 
         first_model.release.set()
         assert (await asyncio.wait_for(running, WAIT_S)).reason == "no_push"
-        assert not await round_running(one.stores.db.engine, "o")
+        assert not await round_running(db.db.engine, "o")
         after = await app_two.thinker.run_round("o", "poke")
         assert after.reason == "no_push"
 
@@ -152,9 +159,13 @@ async def test_a_round_cut_off_or_its_lock_connection_cut_leaves_no_owner_locked
 ) -> None:
     """A cancelled round lets go of its lock; a cut lock connection is opened again at the next."""
     model = HeldModel(NO_PUSH, NO_PUSH)
-    async with open_fleet(settings(pg_url), model=model, clock=FakeClock()) as fleet:
+    config = settings(pg_url)
+    async with (
+        open_fleet(config, AppOverrides(model=model, clock=FakeClock())) as fleet,
+        open_database(config.database) as db,
+    ):
         app = await fleet.app("o")
-        engine = fleet.stores.db.engine
+        engine = db.db.engine
         cut = asyncio.create_task(app.thinker.run_round("o", "heartbeat"))
         await asyncio.wait_for(model.asked.wait(), WAIT_S)
         assert await round_running(engine, "o")
@@ -229,14 +240,17 @@ async def test_status_shows_the_turns_in_flight(tmp_path: Path) -> None:
     assert LiveStatus.from_json(live.to_json()) == live
     assert LiveStatus.from_json({"turns": {"rounds": True, "relay": -1}}).turns == {}
     config = settings(f"sqlite+aiosqlite:///{tmp_path / 'bt.db'}")
-    async with open_fleet(config, model=None, clock=FakeClock()) as fleet:
-        stores = fleet.stores
+    async with (
+        open_fleet(config, AppOverrides(model=None, clock=FakeClock())) as fleet,
+        open_database(config.database) as stores,
+    ):
         found = await owner_status(
             config,
             "o",
             at=fleet.clock.now(),
             rounds=stores.rounds,
             outbox=stores.outbox,
+            marks=stores.marks,
             live=live,
             model="ok",
             round_elsewhere=True,
