@@ -1,0 +1,162 @@
+"""The doors under attack: bad bytes, a dribbling upstream, shared probes, revoked tokens, pages.
+
+Everything runs over real HTTP on 127.0.0.1 against the doors in the test's
+own event loop (see `api_rig`), with a FakeClock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from support.api_rig import WAIT_S, Rig, open_rig, texts
+from support.dribbler import Dribbler
+from support.fake_openai import FakeOpenAI
+
+from backthink.api.bodies import MAX_DEPTH
+
+JSON = {"content-type": "application/json"}
+LONG_NUMBER = b"1" * 4301  # one digit past what Python's int() reads by default
+
+
+def nested(depth: int) -> bytes:
+    """`depth` arrays, one inside the other."""
+    return b"[" * depth + b"]" * depth
+
+
+@pytest.fixture
+async def rig(tmp_path: Path, fake: FakeOpenAI) -> AsyncIterator[Rig]:
+    async with open_rig(tmp_path, fake) as opened:
+        yield opened
+
+
+BAD_MESSAGES = [
+    pytest.param(b'{"role": "user", "text": "a\\ud800b"}', "body.text", id="lone_surrogate"),
+    pytest.param(
+        b'[{"role": "user", "text": "fine"}, {"role": "user", "text": "\\udfff"}]',
+        "body[1].text",
+        id="low_surrogate_in_a_list",
+    ),
+    pytest.param(b'{"role": "user", "text": "x", "\\ud83d": 1}', "body", id="surrogate_key"),
+    pytest.param(
+        b'{"role": "user", "text": "x", "id": ' + LONG_NUMBER + b"}", "body.id", id="long_integer"
+    ),
+    pytest.param(b'{"role": "user", "text": "x", "at": NaN}', "body.at", id="nan"),
+    pytest.param(b'{"role": "user", "text": "x", "at": -Infinity}', "body.at", id="infinity"),
+    pytest.param(b'{"role": "user", "text": "x", "at": 1e999}', "body.at", id="overflowing_float"),
+    pytest.param(b'{"role": "user", "text": "\xed\xa0\x80"}', "body", id="utf8_encoded_surrogate"),
+]
+
+
+@pytest.mark.parametrize(("body", "field"), BAD_MESSAGES)
+async def test_bad_bytes_in_a_message_are_a_400_naming_the_field(
+    rig: Rig, body: bytes, field: str
+) -> None:
+    """A lone surrogate, a number Python will not read, NaN or Infinity: 400 naming it, no 500."""
+    async with rig.client(**JSON) as c:
+        answer = await c.post("/v1/messages", content=body)
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"].startswith(f"{field}:")
+        assert await texts(c) == []
+
+
+@pytest.mark.parametrize(
+    "depth", [MAX_DEPTH + 1, 500, 990, 1000, 5000, 200_000], ids=lambda d: f"depth_{d}"
+)
+async def test_deep_nesting_is_a_400_at_every_depth(rig: Rig, fake: FakeOpenAI, depth: int) -> None:
+    """Nesting past MAX_DEPTH is a 400 from the API and the relay: never a 500, never forwarded."""
+    relayed = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "x": %s}'
+    async with rig.client(**JSON) as c:
+        answer = await c.post("/v1/messages", content=nested(depth))
+        assert answer.status_code == 400 and "nested" in answer.json()["error"]
+        answer = await c.post("/v1/chat/completions", content=relayed % nested(depth))
+        assert answer.status_code == 400 and "nested" in answer.json()["error"]["message"]
+    assert fake.chat_requests == []
+
+
+async def test_nesting_within_the_bound_is_relayed(rig: Rig, fake: FakeOpenAI) -> None:
+    """A chat request nested up to MAX_DEPTH levels, a push put into it, reaches the upstream."""
+    await rig.push("Did you eat?")
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}], "x": %s}'
+    fake.script("fine")
+    async with rig.client(**JSON) as c:
+        answer = await c.post("/v1/chat/completions", content=body % nested(MAX_DEPTH - 1))
+    assert answer.status_code == 200, answer.text
+    assert len(fake.chat_requests) == 1
+
+
+BAD_CHATS = [
+    pytest.param(
+        b'{"model": "m", "messages": [{"role": "user", "content": "hi \\ud800"}]}',
+        "messages[0].content",
+        id="lone_surrogate",
+    ),
+    pytest.param(
+        b'{"model": "m", "messages": [{"role": "user", "content": '
+        b'[{"type": "text", "text": "\\udc00"}]}]}',
+        "messages[0].content[0].text",
+        id="surrogate_in_a_part",
+    ),
+    pytest.param(
+        b'{"model": "m", "temperature": NaN, "messages": [{"role": "user", "content": "hi"}]}',
+        "temperature",
+        id="nan",
+    ),
+    pytest.param(
+        b'{"model": "m", "top_p": Infinity, "messages": [{"role": "user", "content": "hi"}]}',
+        "top_p",
+        id="infinity",
+    ),
+    pytest.param(
+        b'{"model": "m", "seed": ' + LONG_NUMBER + b', "messages": [{"role": "user", '
+        b'"content": "hi"}]}',
+        "seed",
+        id="long_integer",
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "field"), BAD_CHATS)
+async def test_bad_bytes_in_a_chat_are_refused_before_the_upstream(
+    rig: Rig, fake: FakeOpenAI, body: bytes, field: str
+) -> None:
+    """The relay answers 400 naming the field (OpenAI-shaped): nothing goes upstream or is lost."""
+    async with rig.client(**JSON) as c:
+        answer = await c.post("/v1/chat/completions", content=body)
+        assert answer.status_code == 400, answer.text
+        error = answer.json()["error"]
+        assert error["message"].startswith(f"{field}:") and error["code"] == 400
+        assert fake.chat_requests == []
+        # The same turn sent right is kept: the refused one left nothing half-stored behind.
+        fake.script("hello")
+        good = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        assert (await c.post("/v1/chat/completions", json=good)).status_code == 200
+        await rig.doors.api.relay.settled()
+        assert await texts(c) == ["hi", "hello"]
+
+
+async def test_a_dribbling_upstream_is_cut_at_model_timeout(
+    tmp_path: Path, fake: FakeOpenAI
+) -> None:
+    """An upstream sending a byte a second is cut at model.timeout_s: 504, its connection closed."""
+    async with (
+        Dribbler(every_s=1.0, total=120) as upstream,
+        open_rig(
+            tmp_path, fake, model={"timeout_s": 2}, relay={"upstream": upstream.base_url}
+        ) as rig,
+        rig.client() as c,
+    ):
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        async with asyncio.timeout(WAIT_S):
+            answer = await c.post("/v1/chat/completions", json=body)
+            assert answer.status_code == 504, answer.text
+            assert answer.json()["error"]["code"] == 504
+            answer = await c.get("/v1/models")
+            assert answer.status_code == 504, answer.text
+            await upstream.closed.wait()
+        assert upstream.requests == 2
+        await rig.doors.api.relay.settled()
+        # The question was kept; there is no reply to keep.
+        assert await texts(c) == ["hi"]
