@@ -197,7 +197,7 @@ async def test_session_channel_is_connected_only_while_a_client_watches(rig: Rig
 
 async def test_status_probes_the_model_once_in_a_while(rig: Rig, fake: FakeOpenAI) -> None:
     """Status requests in a row probe the endpoint once; after PROBE_FOR it is probed again."""
-    from backthink.api.session import PROBE_FOR
+    from backthink.host.status import PROBE_FOR
 
     def probes() -> int:
         return sum(1 for r in fake.requests if r.path == "/v1/models")

@@ -160,3 +160,50 @@ async def test_a_dribbling_upstream_is_cut_at_model_timeout(
         await rig.doors.api.relay.settled()
         # The question was kept; there is no reply to keep.
         assert await texts(c) == ["hi"]
+
+
+async def test_concurrent_status_requests_share_one_probe(tmp_path: Path, fake: FakeOpenAI) -> None:
+    """Twenty /v1/status requests at once, while the endpoint answers slowly, make one probe."""
+    async with (
+        Dribbler(every_s=0.1, total=5) as endpoint,
+        open_rig(tmp_path, fake, model={"base_url": endpoint.base_url}) as rig,
+        rig.client() as c,
+    ):
+        async with asyncio.timeout(WAIT_S):
+            answers = await asyncio.gather(*(c.get("/v1/status") for _ in range(20)))
+        assert {a.status_code for a in answers} == {200}
+        assert len({a.json()["model"] for a in answers}) == 1
+        assert endpoint.requests == 1
+
+
+async def test_a_probe_is_shared_and_reused_for_five_seconds() -> None:
+    """Callers during a probe share it (one leaving ends nothing); a new probe after PROBE_FOR."""
+    from backthink.config import ModelSettings
+    from backthink.host.status import PROBE_FOR, ModelProbe
+    from backthink.ports import ModelClient
+    from backthink.testing import FakeClock
+
+    gate = asyncio.Event()
+    calls: list[str | None] = []
+
+    async def probe(settings: ModelSettings, client: ModelClient | None) -> str:
+        calls.append(settings.base_url)
+        await gate.wait()
+        return f"ok {len(calls)}"
+
+    clock = FakeClock()
+    probes = ModelProbe(clock, probe=probe)
+    model = ModelSettings(base_url="http://127.0.0.1:9/v1")
+    async with asyncio.timeout(WAIT_S):
+        waiting = [asyncio.ensure_future(probes.health(model, None)) for _ in range(10)]
+        await asyncio.sleep(0)
+        waiting[0].cancel()
+        gate.set()
+        answers = await asyncio.gather(*waiting[1:])
+        assert answers == ["ok 1"] * 9 and calls == [model.base_url]
+        clock.advance(PROBE_FOR / 2)
+        assert await probes.health(model, None) == "ok 1"
+        other = model.model_copy(update={"base_url": "http://127.0.0.1:9/other"})
+        assert await probes.health(other, None) == "ok 2"
+        clock.advance(PROBE_FOR / 2)
+        assert await probes.health(model, None) == "ok 3"
