@@ -7,11 +7,13 @@ own event loop (see `api_rig`), with a FakeClock.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
+import httpx2
 import pytest
-from support.api_rig import WAIT_S, Rig, open_rig, texts
+from support.api_rig import NOW, WAIT_S, Rig, open_rig, texts
 from support.dribbler import Dribbler
 from support.fake_openai import FakeOpenAI
 
@@ -207,3 +209,99 @@ async def test_a_probe_is_shared_and_reused_for_five_seconds() -> None:
         assert await probes.health(other, None) == "ok 2"
         clock.advance(PROBE_FOR / 2)
         assert await probes.health(model, None) == "ok 3"
+
+
+async def test_revoking_the_last_token_keeps_the_api_closed(
+    tmp_path: Path, fake: FakeOpenAI
+) -> None:
+    """Once a token has existed, the loopback API stays closed (401) with every token revoked."""
+    async with open_rig(tmp_path, fake, tokens=False) as rig:
+        tokens = rig.fleet.stores.tokens
+        async with rig.client(None) as c:
+            assert (await c.get("/v1/messages")).status_code == 200
+            token = await tokens.issue("o", at=NOW)
+            await tokens.issue("p", at=NOW)
+            assert (await c.get("/v1/messages")).status_code == 401
+            assert await tokens.revoke("o") == 1 and await tokens.revoke("p") == 1
+            assert not await tokens.any()
+            assert (await c.get("/v1/messages")).status_code == 401
+            assert (await c.get("/v1/status")).status_code == 401
+            chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            assert (await c.post("/v1/chat/completions", json=chat)).status_code == 401
+        async with rig.client(None, authorization=f"Bearer {token}") as revoked:
+            assert (await revoked.get("/v1/messages")).status_code == 401
+        fresh = await tokens.issue("o", at=NOW)
+        async with rig.client(None, authorization=f"Bearer {fresh}") as c:
+            assert (await c.get("/v1/messages")).status_code == 200
+    assert fake.chat_requests == []
+
+
+async def test_a_token_made_before_the_mark_still_closes_the_api(
+    tmp_path: Path, fake: FakeOpenAI
+) -> None:
+    """A database whose tokens predate the mark: revoking them writes it, the API stays closed."""
+    async with open_rig(tmp_path, fake) as rig:
+        database = rig.fleet.settings.database.url.split("///", 1)[1]
+        with sqlite3.connect(database) as db:
+            db.execute("DELETE FROM mark WHERE owner_id = '*'")
+        async with rig.client(None) as c:
+            assert (await c.get("/v1/messages")).status_code == 401
+            await rig.fleet.stores.tokens.revoke("o")
+            await rig.fleet.stores.tokens.revoke("p")
+            assert (await c.get("/v1/messages")).status_code == 401
+
+
+async def stream_ends(
+    rig: Rig, client: httpx2.AsyncClient, close: Callable[[], Awaitable[object]]
+) -> None:
+    """Open an event stream, run `close`; the stream must end, and its owner be no longer there."""
+    app = await rig.fleet.app("o")
+    async with client.stream("GET", "/v1/events") as stream:
+        lines = stream.aiter_lines()
+        async with asyncio.timeout(WAIT_S):
+            assert await anext(lines) == ": connected"
+        assert app.dispatcher.connected() == ["web"]
+        await close()
+        await rig.push("after the revoke")
+        async with asyncio.timeout(WAIT_S):
+            rest = [line async for line in lines]
+    assert not any(line.startswith("event: push") for line in rest)
+    assert rig.doors.api.events.held("o") == 0
+    assert app.dispatcher.connected() == []
+
+
+async def test_a_revoked_tokens_stream_is_closed(tmp_path: Path, fake: FakeOpenAI) -> None:
+    """An event stream whose token is revoked ends at its next keep-alive, sends no more pushes."""
+    async with open_rig(tmp_path, fake) as rig, rig.client() as c:
+        await stream_ends(rig, c, lambda: rig.fleet.stores.tokens.revoke("o"))
+
+
+async def test_an_open_loopback_stream_is_closed_by_the_first_token(
+    tmp_path: Path, fake: FakeOpenAI
+) -> None:
+    """A stream opened without a token, while none existed, ends once the first token is made."""
+    async with open_rig(tmp_path, fake, tokens=False) as rig, rig.client(None) as c:
+        await stream_ends(rig, c, lambda: rig.fleet.stores.tokens.issue("p", at=NOW))
+
+
+@pytest.mark.parametrize("where", ["sqlite", "postgresql"])
+async def test_the_mark_of_a_token_outlives_every_token(
+    where: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """On SQLite and PostgreSQL: tokens made and revoked leave the database marked as closed."""
+    from backthink.config import DatabaseSettings
+    from backthink.store import open_database
+
+    url = (
+        request.getfixturevalue("pg_url")
+        if where == "postgresql"
+        else f"sqlite+aiosqlite:///{tmp_path / 'bt.db'}"
+    )
+    async with open_database(DatabaseSettings(url=url)) as store:
+        tokens = store.tokens
+        assert not await tokens.ever()
+        await tokens.issue("o", at=NOW)
+        await tokens.issue("o", at=NOW)
+        assert await tokens.revoke("o") == 2
+        assert await tokens.ever() and not await tokens.any()
+        assert await tokens.revoke("o") == 0 and await tokens.ever()
