@@ -129,7 +129,7 @@ async def test_only_user_and_assistant_messages_come_in_dated_no_later_than_now(
 
 async def test_a_page_stops_early_rather_than_load_every_large_message(rig: Rig) -> None:
     """Five messages of 3 million characters: a page holds the newest that fit; after= pages on."""
-    from backthink.api.session import PAGE_MAX_CHARS
+    from backthink.api.pages import PAGE_MAX_CHARS
 
     size = 3_000_000
     assert 2 * size <= PAGE_MAX_CHARS < 3 * size

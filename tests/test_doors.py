@@ -305,3 +305,110 @@ async def test_the_mark_of_a_token_outlives_every_token(
         assert await tokens.revoke("o") == 2
         assert await tokens.ever() and not await tokens.any()
         assert await tokens.revoke("o") == 0 and await tokens.ever()
+
+
+async def long_session(rig: Rig, count: int, size: int) -> None:
+    """`count` messages of `size` characters each in o's session, a second apart."""
+    from datetime import timedelta
+
+    from backthink.models import Message
+
+    start = NOW - timedelta(seconds=count)
+    await rig.fleet.stores.session.append(
+        [
+            Message(
+                owner_id="o",
+                role="user" if i % 2 else "assistant",
+                text=f"{i:06d}" + "x" * (size - 6),
+                created_at=start + timedelta(seconds=i),
+            )
+            for i in range(count)
+        ]
+    )
+
+
+async def test_a_page_read_in_batches_is_the_page_the_session_holds(rig: Rig) -> None:
+    """Pages of many batches, with and without `after`, hold what one read of the session does."""
+    from backthink.api.pages import BATCH, BATCH_CHARS, PAGE_MAX_CHARS
+
+    count, size = 2 * BATCH + 50, BATCH_CHARS // 8
+    await long_session(rig, count, size)
+    session = rig.fleet.stores.session
+    oldest = (await session.page("o", after=None, limit=count))[0].message.id
+    asked: list[dict[str, int]] = [
+        {"limit": 1000},
+        {"limit": BATCH + 1},
+        {"limit": 1000, "after": oldest},
+        {"limit": BATCH + 7, "after": oldest + 3},
+        {"limit": 1},
+        {"limit": 0},
+    ]
+    async with rig.client() as c:
+        for params in asked:
+            answer = await c.get("/v1/messages", params=params)
+            assert (
+                answer.status_code == 200 and answer.headers["content-type"] == "application/json"
+            )
+            got = [m["id"] for m in answer.json()["messages"]]
+            whole = await session.page(
+                "o", after=params.get("after"), limit=params["limit"], max_chars=PAGE_MAX_CHARS
+            )
+            assert got == [e.message.id for e in whole or []], params
+
+
+async def test_a_page_stops_at_its_characters_across_batches(rig: Rig) -> None:
+    """100,000-character messages: a page with `after` stops at PAGE_MAX_CHARS, as one read does."""
+    from backthink.api.pages import PAGE_MAX_CHARS
+
+    await long_session(rig, 90, 100_000)
+    session = rig.fleet.stores.session
+    oldest = (await session.page("o", after=None, limit=90))[0].message.id
+    async with rig.client() as c:
+        answer = await c.get("/v1/messages", params={"after": oldest, "limit": 1000})
+        got = answer.json()["messages"]
+    whole = await session.page("o", after=oldest, limit=1000, max_chars=PAGE_MAX_CHARS)
+    assert [m["id"] for m in got] == [e.message.id for e in whole or []]
+    assert len(got) == PAGE_MAX_CHARS // 100_000
+
+
+async def settled(measure: Callable[[], int], *, within: int) -> int:
+    """`measure()` once it stays within `within` of itself for half a second."""
+    samples = [measure()]
+    async with asyncio.timeout(WAIT_S * 3):
+        while len(samples) < 10 or max(samples[-10:]) - min(samples[-10:]) > within:
+            await asyncio.sleep(0.05)
+            samples.append(measure())
+    return samples[-1]
+
+
+async def test_unread_pages_hold_a_batch_each_not_the_page(rig: Rig) -> None:
+    """Four clients ask for a page of 8 MB and read nothing: the doors hold less than one page."""
+    import socket
+    import tracemalloc
+
+    await long_session(rig, 1000, 8000)
+    page_bytes = 1000 * 8000
+    host, port = rig.url.removeprefix("http://").rsplit(":", 1)
+    request = (
+        f"GET /v1/messages?limit=1000 HTTP/1.1\r\nHost: {host}:{port}\r\n"
+        f"Authorization: Bearer {rig.tokens['o']}\r\n\r\n"
+    ).encode()
+    loop = asyncio.get_running_loop()
+    unread: list[socket.socket] = []
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for _ in range(4):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.setblocking(False)
+            unread.append(sock)
+            async with asyncio.timeout(WAIT_S):
+                await loop.sock_connect(sock, (host, int(port)))
+                await loop.sock_sendall(sock, request)
+        held = await settled(lambda: tracemalloc.get_traced_memory()[0], within=256 * 1024)
+    finally:
+        tracemalloc.stop()
+        for sock in unread:
+            sock.close()
+    assert held - before < page_bytes, held - before

@@ -5,7 +5,9 @@ future dates), with the doors' own rules (`backthink.api.incoming`), plus the
 chat app's own optional `id`, which makes sending a message twice harmless.
 Reading the session counts as a client being there (`api.seen_window`): the
 session channel stays connected for a while. A page is bounded in messages
-and in characters, so a session of large images is read a part at a time.
+and in characters, and is sent as the client reads it (`backthink.api.pages`):
+in memory it holds one batch, however large the page and whether or not it
+is read.
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from datetime import datetime
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from backthink.api.access import Access
 from backthink.api.bodies import number_param, read_json
 from backthink.api.incoming import incoming
+from backthink.api.pages import Page
 from backthink.api.refusals import Refusal
 from backthink.config import Settings
 from backthink.host.fleet import Fleet
@@ -29,7 +32,6 @@ from backthink.models import Message, SessionEntry
 
 PAGE_DEFAULT = 50  # messages a page holds when the request does not say
 PAGE_MAX = 1000  # messages a page holds at most
-PAGE_MAX_CHARS = 8_000_000  # characters of text and images a page holds (one message at least)
 POST_MAX = 1000  # messages one POST may carry
 CLIENT_ID_CHARS = 200  # characters of a chat app's message id, at most
 
@@ -86,15 +88,14 @@ class SessionRoutes:
         )
         after = number_param(query.get("after"), "after", default=None, low=0)
         assert limit is not None
-        entries = await self._session.page(
-            owner_id, after=after, limit=limit, max_chars=PAGE_MAX_CHARS
-        )
-        if entries is None:
+        page = await Page.open(self._session, owner_id, after=after, limit=limit)
+        if page is None:
             raise Refusal(404, f"after: there is no message {after} in this session")
         audience = self._fleet.audience
         if audience is not None:
             audience.seen(owner_id, self._fleet.clock.now())
-        return JSONResponse({"messages": [e.to_json() for e in entries]})
+        # Sent as the client takes it: an unread page holds one batch, never the page.
+        return StreamingResponse(page.body(), media_type="application/json")
 
     async def status(self, request: Request) -> Response:
         """GET /v1/status: the owner's `status --json` object."""
