@@ -412,3 +412,87 @@ async def test_unread_pages_hold_a_batch_each_not_the_page(rig: Rig) -> None:
         for sock in unread:
             sock.close()
     assert held - before < page_bytes, held - before
+
+
+async def test_slow_bodies_give_their_places_to_a_whole_request() -> None:
+    """Every slot held by a body sent slowly: a plain request is served, the oldest one gets 408."""
+    from conftest import ROOT
+
+    from backthink.config import Settings
+    from backthink.host.app import build_app
+    from backthink.testing import FakeClock, ScriptedModel
+    from backthink.web import start_web
+
+    cap = 4
+    settings = Settings.model_validate(
+        {
+            "owner": {"id": "o", "timezone": "Asia/Shanghai"},
+            "prompt": {"dir": str(ROOT / "backthink/prompts")},
+            "state": {"file": None},
+            "web": {"listen": "127.0.0.1:0"},
+        }
+    )
+    app = build_app(settings, model=ScriptedModel(), clock=FakeClock(), persona_prompt="你好")
+    # Deadlines far away: only the newcomer can make a slow body give way.
+    page = await start_web(app, "o", max_connections=cap, idle_s=WAIT_S * 6, request_s=WAIT_S * 6)
+    host, port = page.url.removeprefix("http://").rstrip("/").rsplit(":", 1)
+    slow: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    try:
+        async with asyncio.timeout(WAIT_S):
+            for _ in range(cap):
+                reader, writer = await asyncio.open_connection(host, int(port))
+                where = f"{host}:{port}".encode()
+                writer.write(
+                    b"POST /pause HTTP/1.1\r\nhost: %s\r\norigin: http://%s\r\n"
+                    b"content-type: application/x-www-form-urlencoded\r\n"
+                    b"content-length: 1000\r\n\r\nfor=1" % (where, where)
+                )
+                await writer.drain()
+                slow.append((reader, writer))
+                await asyncio.sleep(0.05)  # each one's request begins after the one before
+            async with httpx2.AsyncClient() as client:
+                answer = await client.get(page.url)
+            assert answer.status_code == 200
+            assert (await slow[0][0].read()).startswith(b"HTTP/1.1 408 ")
+        for reader, _ in slow[1:]:
+            assert not reader.at_eof()
+    finally:
+        for _, writer in slow:
+            writer.close()
+        await page.stop()
+
+
+async def test_a_page_whose_client_left_reads_no_further(rig: Rig) -> None:
+    """A send to a client gone returns at once: the page still yields, so it is cancelled unread."""
+    from backthink.api.pages import Page
+    from backthink.models import SessionEntry
+
+    class Counted:
+        """The session's pages, counted."""
+
+        def __init__(self) -> None:
+            self.reads = 0
+
+        async def page(
+            self, owner_id: str, *, after: int | None, limit: int, max_chars: int | None = None
+        ) -> list[SessionEntry] | None:
+            self.reads += 1
+            return await rig.fleet.stores.session.page(
+                owner_id, after=after, limit=limit, max_chars=max_chars
+            )
+
+    await long_session(rig, 1000, 8000)
+    source = Counted()
+    page = await Page.open(source, "o", after=None, limit=1000)
+    assert page is not None
+
+    async def send_to_nobody() -> None:
+        async for _ in page.body():
+            pass  # a send to a client that left returns without waiting
+
+    sending = asyncio.create_task(send_to_nobody())
+    await asyncio.sleep(0)
+    sending.cancel()  # what the server does once it sees the client gone
+    with pytest.raises(asyncio.CancelledError):
+        await sending
+    assert source.reads == 1

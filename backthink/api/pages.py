@@ -15,6 +15,7 @@ batch by batch once it is sent. A page that fits one batch is sent as read.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ log = structlog.get_logger("backthink.api")
 
 PAGE_MAX_CHARS = 8_000_000  # characters of text and images a page holds (one message at least)
 BATCH = 100  # messages read from the session at a time while a page is sent
-BATCH_CHARS = 256_000  # characters of text and images read at a time (one message at least)
+BATCH_CHARS = 64_000  # characters of text and images read at a time (one message at least)
 
 
 class PageSource(Protocol):
@@ -103,6 +104,11 @@ class Page:
             self.read = []
             if self.left <= 0 or self.chars_left <= 0 or cursor is None:
                 break
+            # A turn of the loop before reading on: once the client is gone, sending
+            # returns at once and a read from a SQLite file does not wait either, so
+            # without it the rest of the page would be read for nobody before the
+            # server's cancellation could reach this body.
+            await asyncio.sleep(0)
             try:
                 batch = await self.session.page(
                     self.owner_id,
