@@ -5,12 +5,12 @@ digest is stored, and looking it up is one primary-key read. A token of an
 owner that is gone or disabled opens nothing.
 
 On a loopback address, while no token was ever made for any owner, the API
-is open like the page: every request speaks for the daemon's first owner, and only
-requests addressed to a loopback name or the configured host are served (a
-web site that rebinds its own name to 127.0.0.1 gets nothing), and none that
-a browser says comes from another site's page (`Origin`, `Referer`,
-`Sec-Fetch-Site`): any page the owner visits could otherwise read the
-session, or chat through the relay on the upstream's key. The first token
+is open like the page: every request speaks for the daemon's first owner,
+and only requests addressed to a loopback name or the configured host are
+served (a web site that rebinds its own name to 127.0.0.1 gets nothing), and
+none that a browser says comes from another site's page (`Origin`,
+`Referer`, `Sec-Fetch-Site`): any page the owner visits could otherwise read
+the session, or chat through the relay on the upstream's key. The first token
 closes that door for good: revoking every token later leaves the API closed
 (401) until a new one is made. A non-loopback address without any token is
 refused at start.
