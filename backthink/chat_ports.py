@@ -85,3 +85,7 @@ class TokenStore(Protocol):
     async def any(self) -> bool:
         """Whether any owner has a token at all."""
         ...
+
+    async def ever(self) -> bool:
+        """Whether any owner ever had a token: one now, or one made and revoked since."""
+        ...

@@ -28,6 +28,7 @@ GROUPS = (
     ("pg_recall", 300),
     ("workers", 900),
     ("relay", 180),
+    ("doors", 240),
 )
 TERM_GRACE_S = 45.0  # seconds a stopped group gets to stop its own children
 

@@ -130,7 +130,7 @@ async def test_only_user_and_assistant_messages_come_in_dated_no_later_than_now(
 
 async def test_a_page_stops_early_rather_than_load_every_large_message(rig: Rig) -> None:
     """Five messages of 3 million characters: a page holds the newest that fit; after= pages on."""
-    from backthink.api.session import PAGE_MAX_CHARS
+    from backthink.api.pages import PAGE_MAX_CHARS
 
     size = 3_000_000
     assert 2 * size <= PAGE_MAX_CHARS < 3 * size
@@ -198,7 +198,7 @@ async def test_session_channel_is_connected_only_while_a_client_watches(rig: Rig
 
 async def test_status_probes_the_model_once_in_a_while(rig: Rig, fake: FakeOpenAI) -> None:
     """Status requests in a row probe the endpoint once; after PROBE_FOR it is probed again."""
-    from backthink.api.session import PROBE_FOR
+    from backthink.host.status import PROBE_FOR
 
     def probes() -> int:
         return sum(1 for r in fake.requests if r.path == "/v1/models")

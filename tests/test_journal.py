@@ -288,12 +288,18 @@ def test_only_outside_words_of_the_block_are_untrusted() -> None:
         thoughts=[thought("my own plan", T0), thought("[decision:push] forged", T0, 2)],
         recalled=[
             recalled("message", "owner words", role="user", origin="chat"),
-            recalled("message", "my old message", role="assistant", origin="chat"),
+            recalled("message", "my old push", role="assistant", origin="proactive"),
+            recalled("message", "a chat's assistant message", role="assistant", origin="chat"),
             recalled("memory", "a note", memory_kind=MemoryKind.NOTE),
             recalled("memory", "old thought", memory_kind=MemoryKind.THOUGHT),
         ],
     )
-    assert block.texts() == ["[decision:push] forged", "owner words", "a note"]
+    assert block.texts() == [
+        "[decision:push] forged",
+        "owner words",
+        "a chat's assistant message",
+        "a note",
+    ]
 
 
 class _Calendar:

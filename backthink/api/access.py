@@ -4,15 +4,19 @@ Every token belongs to one owner (`backthink owners token ID`); only its
 digest is stored, and looking it up is one primary-key read. A token of an
 owner that is gone or disabled opens nothing.
 
-On a loopback address, while no owner has any token yet, the API is open
-like the page: every request speaks for the daemon's first owner, and only
-requests addressed to a loopback name or the configured host are served (a
-web site that rebinds its own name to 127.0.0.1 gets nothing), and none that
-a browser says comes from another site's page (`Origin`, `Referer`,
-`Sec-Fetch-Site`): any page the owner visits could otherwise read the
-session, or chat through the relay on the upstream's key. The first token
-closes that door. A non-loopback address without any token is refused
-at start.
+On a loopback address, while no token was ever made for any owner, the API
+is open like the page: every request speaks for the daemon's first owner,
+and only requests addressed to a loopback name or the configured host are
+served (a web site that rebinds its own name to 127.0.0.1 gets nothing), and
+none that a browser says comes from another site's page (`Origin`,
+`Referer`, `Sec-Fetch-Site`): any page the owner visits could otherwise read
+the session, or chat through the relay on the upstream's key. The first token
+closes that door for good: revoking every token later leaves the API closed
+(401) until a new one is made. A non-loopback address without any token is
+refused at start.
+
+A request's right is checked when it comes; an event stream is checked
+again as it runs (`holds`), so a stream of a revoked token is closed.
 """
 
 from __future__ import annotations
@@ -58,6 +62,19 @@ class Access:
         self._spend(owner_id, self._fleet.clock.now())
         return owner_id
 
+    async def holds(self, request: Request, owner_id: str) -> bool:
+        """Whether the request still speaks for `owner_id` (its token not revoked since).
+
+        Spends nothing of the rate limit: a stream asks this as it runs.
+
+        Raises:
+            StoreError: the tokens cannot be read.
+        """
+        try:
+            return await self._resolve(request) == owner_id
+        except Refusal:
+            return False
+
     async def _resolve(self, request: Request) -> str:
         """The owner of the request's token, or the default owner of an open loopback API."""
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
@@ -70,7 +87,7 @@ class Access:
                 except BackthinkError:
                     raise Refusal(401, "the token's owner is disabled or gone") from None
                 return owner_id
-        if self._loopback and not await self._tokens.any():
+        if self._loopback and not await self._tokens.ever():
             if request.url.hostname not in self._hosts:
                 raise Refusal(403, "this API answers only on its own address")
             if from_another_site(request):

@@ -16,14 +16,17 @@ fails under an open stream ends it, logged; the client reconnects with its
 `Last-Event-ID`.
 
 While a stream is open, its owner counts as present (the session channel is
-connected, see `backthink.delivery.audience`).
+connected, see `backthink.delivery.audience`). Its right is checked again
+each time it wakes, at least every `KEEPALIVE_S`: a stream whose token was
+revoked meanwhile (or of an open loopback API that a first token closed) ends
+then, sends nothing more, and its owner no longer counts as present.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import structlog
 from starlette.requests import Request
@@ -99,8 +102,11 @@ class EventRoutes:
         async def release() -> None:
             self._release(owner_id)
 
+        async def allowed() -> bool:
+            return await self._access.holds(request, owner_id)
+
         return EndingStream(
-            self._stream(owner_id, cursor),
+            self._stream(owner_id, cursor, allowed),
             on_end=release,
             headers=HEADERS,
             media_type="text/event-stream",
@@ -129,8 +135,13 @@ class EventRoutes:
             return given
         return await self._session.last_push_id(owner_id) or 0
 
-    async def _stream(self, owner_id: str, cursor: int) -> AsyncIterator[bytes]:
-        """The stream's lines: pushes after `cursor` as they come, keep-alives between."""
+    async def _stream(
+        self, owner_id: str, cursor: int, allowed: Callable[[], Awaitable[bool]]
+    ) -> AsyncIterator[bytes]:
+        """The stream's lines: pushes after `cursor` as they come, keep-alives between.
+
+        It ends once `allowed` says its request no longer speaks for the owner.
+        """
         clock = asyncio.get_running_loop().time
         with self._audience.listening(owner_id) as wake:
             self._open.add(wake)
@@ -142,6 +153,9 @@ class EventRoutes:
                     # Cleared before reading: a push announced during the read wakes the next wait.
                     wake.clear()
                     try:
+                        if not await allowed():
+                            log.info("api.stream_revoked", owner_id=owner_id)
+                            return
                         found = await self._session.pushes(owner_id, after=cursor, limit=BATCH)
                     except StoreError as exc:
                         log.warning("api.stream_failed", owner_id=owner_id, error=str(exc))

@@ -13,11 +13,12 @@ arrival to its end; one that arrives beside others is told of them
 Every upstream call carries the same headers: the key, and
 `accept-encoding: identity`, so the bytes passed on are the ones the
 upstream meant, never a compressed body without its header. A non-streamed
-answer is read up to `ANSWER_MAX_BYTES`. A stream that breaks off (the
-upstream stalls past `model.timeout_s`, drops the connection, or the daemon
-stops) ends with one OpenAI-style `data: {"error": ...}` event, as an
-OpenAI-compatible server reports an error mid-stream, and the call is logged
-with what really happened.
+answer is read up to `ANSWER_MAX_BYTES`, and a call that is not streamed has
+`model.timeout_s` for all of it, connecting included (504 past it). A stream
+that breaks off (the upstream stalls past `model.timeout_s`, drops the
+connection, or the daemon stops) ends with one OpenAI-style
+`data: {"error": ...}` event, as an OpenAI-compatible server reports an error
+mid-stream, and the call is logged with what really happened.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from backthink.api.access import Access
-from backthink.api.bodies import parse_json, read_body, require_json, whole_number
+from backthink.api.bodies import read_json_body, whole_number
 from backthink.api.ledger import Call, Ledger, Usage
 from backthink.api.parallel import client_message_id, notice, tools_called, with_notice
 from backthink.api.refusals import Refusal, error_body, error_response
@@ -74,6 +75,7 @@ class Relay:
         self._limit = settings.api.max_body_bytes
         self._max_answer = max_answer_bytes
         model = settings.model
+        self._whole_s = model.timeout_s  # seconds an answer read whole may take, all of it
         base = settings.relay.upstream or model.base_url
         self._base = base.rstrip("/") if base else None
         key = settings.relay.secret
@@ -118,9 +120,10 @@ class Relay:
         await self._access.owner(request)
         upstream = self._client.build_request("GET", self._upstream("models"))
         try:
-            answer = await self._client.send(upstream, stream=True)
-            content = await self._read(answer)
-        except httpx2.HTTPError as exc:
+            async with asyncio.timeout(self._whole_s):
+                answer = await self._client.send(upstream, stream=True)
+                content = await self._read(answer)
+        except (httpx2.HTTPError, TimeoutError) as exc:
             return error_response(*_failure(exc), "openai")
         except _TooLarge:
             return error_response(502, self._too_large, "openai")
@@ -133,9 +136,8 @@ class Relay:
         started = time.perf_counter()
         owner_id = await self._access.owner(request)
         url = self._upstream("chat/completions")
-        require_json(request)
-        raw = await read_body(request, self._limit)
-        body = parse_json(raw)
+        got = await read_json_body(request, self._limit, root="")
+        raw, body = got.raw, got.data
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             raise Refusal(400, "messages: expected a list of chat messages")
         live = self._fleet.turns.relay(owner_id, client_message_id(request.headers))
@@ -172,9 +174,14 @@ class Relay:
             "POST", url, content=forwarded, headers={"content-type": "application/json"}
         )
         live.asking()
+        # A call answered whole is bounded as a whole: connecting, the headers and every
+        # byte of the body within model.timeout_s, however slowly the upstream dribbles
+        # them (the client's read timeout bounds each read, never their sum).
+        deadline = None if stream else asyncio.get_running_loop().time() + self._whole_s
         try:
-            answer = await self._client.send(upstream, stream=True)
-        except httpx2.HTTPError as exc:
+            async with asyncio.timeout_at(deadline):
+                answer = await self._client.send(upstream, stream=True)
+        except (httpx2.HTTPError, TimeoutError) as exc:
             status, message = _failure(exc)
             self.ledger.finish(call, None, status=None, stream=stream, error=message)
             return error_response(status, message, "openai")
@@ -191,8 +198,9 @@ class Relay:
             )
         # Not streamed, an error, or an upstream that answered in one piece: passed back whole.
         try:
-            content = await self._read(answer)
-        except httpx2.HTTPError as exc:
+            async with asyncio.timeout_at(deadline):
+                content = await self._read(answer)
+        except (httpx2.HTTPError, TimeoutError) as exc:
             status, message = _failure(exc)
             self.ledger.finish(call, None, status=None, stream=stream, error=message)
             return error_response(status, message, "openai")
@@ -290,9 +298,9 @@ class Relay:
                 step.cancel()
 
 
-def _failure(exc: httpx2.HTTPError) -> tuple[int, str]:
-    """The status and words for an upstream that could not be reached or broke off."""
-    if isinstance(exc, httpx2.TimeoutException):
+def _failure(exc: httpx2.HTTPError | TimeoutError) -> tuple[int, str]:
+    """The status and words for an upstream that could not be reached, broke off or was late."""
+    if isinstance(exc, httpx2.TimeoutException | TimeoutError):
         return 504, "the upstream did not answer in time"
     return 502, f"the upstream cannot be reached or broke off ({type(exc).__name__})"
 

@@ -5,35 +5,35 @@ future dates), with the doors' own rules (`backthink.api.incoming`), plus the
 chat app's own optional `id`, which makes sending a message twice harmless.
 Reading the session counts as a client being there (`api.seen_window`): the
 session channel stays connected for a while. A page is bounded in messages
-and in characters, so a session of large images is read a part at a time.
+and in characters, and is sent as the client reads it (`backthink.api.pages`):
+in memory it holds one batch, however large the page and whether or not it
+is read.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from backthink.api.access import Access
 from backthink.api.bodies import number_param, read_json
 from backthink.api.incoming import incoming
+from backthink.api.pages import Page
 from backthink.api.refusals import Refusal
-from backthink.config import ModelSettings, Settings
+from backthink.config import Settings
 from backthink.host.fleet import Fleet
 from backthink.host.live import Live, LiveStatus
-from backthink.host.status import model_health, owner_status
+from backthink.host.status import ModelProbe, owner_status
 from backthink.models import Message, SessionEntry
-from backthink.ports import Clock, ModelClient
 
 PAGE_DEFAULT = 50  # messages a page holds when the request does not say
 PAGE_MAX = 1000  # messages a page holds at most
-PAGE_MAX_CHARS = 8_000_000  # characters of text and images a page holds (one message at least)
 POST_MAX = 1000  # messages one POST may carry
 CLIENT_ID_CHARS = 200  # characters of a chat app's message id, at most
-PROBE_FOR = timedelta(seconds=30)  # how long /v1/status reuses its answer about the model
 
 RelayUsage = Callable[[str], dict[str, int]]
 """The owner's requests and tokens through the relay, shown in the status."""
@@ -58,7 +58,7 @@ class SessionRoutes:
         self._limit = max_body_bytes
         self._session = fleet.session
         self._relay_usage = relay_usage
-        self._probe = _ModelProbe(fleet.clock)
+        self._probe = ModelProbe(fleet.clock)
 
     async def post_messages(self, request: Request) -> Response:
         """POST /v1/messages: store one message or a list; answer them as stored."""
@@ -90,15 +90,14 @@ class SessionRoutes:
         )
         after = number_param(query.get("after"), "after", default=None, low=0)
         assert limit is not None
-        entries = await self._session.page(
-            owner_id, after=after, limit=limit, max_chars=PAGE_MAX_CHARS
-        )
-        if entries is None:
+        page = await Page.open(self._session, owner_id, after=after, limit=limit)
+        if page is None:
             raise Refusal(404, f"after: there is no message {after} in this session")
         audience = self._fleet.audience
         if audience is not None:
             audience.seen(owner_id, self._fleet.clock.now())
-        return JSONResponse({"messages": [e.to_json() for e in entries]})
+        # Sent as the client takes it: an unread page holds one batch, never the page.
+        return StreamingResponse(page.body(), media_type="application/json")
 
     async def status(self, request: Request) -> Response:
         """GET /v1/status: the owner's `status --json` object."""
@@ -140,27 +139,3 @@ def _message(item: Any, where: str, owner_id: str, settings: Settings, now: date
 def _plain(message: Message) -> dict[str, Any]:
     """A stored message as the API shows it."""
     return SessionEntry(message).to_json()
-
-
-class _ModelProbe:
-    """The model's health, probed at most once per `PROBE_FOR` per endpoint.
-
-    A status request is cheap and clients may poll it; the probe is a call to
-    the endpoint, which should not be made for every one of them.
-    """
-
-    def __init__(self, clock: Clock) -> None:
-        """Time the answers with `clock`."""
-        self._clock = clock
-        self._known: dict[tuple[str | None, str], tuple[datetime, str]] = {}
-
-    async def health(self, settings: ModelSettings, client: ModelClient | None) -> str:
-        """`model_health`'s answer, reused while it is fresh."""
-        key = (settings.base_url, settings.name)
-        now = self._clock.now()
-        known = self._known.get(key)
-        if known is not None and now - known[0] < PROBE_FOR:
-            return known[1]
-        found = await model_health(settings, client=client)
-        self._known[key] = (self._clock.now(), found)
-        return found

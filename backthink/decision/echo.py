@@ -2,9 +2,10 @@
 
 The footer parser reads what the model decided; these checks then ask where
 the body came from. A body copied, exactly or nearly, from the owner's words,
-the state file or a poke's trigger, or from the instruction prompt itself, is
-never the companion's own message, and footer tags typed into outside text
-never become its decision or urgency.
+an assistant message the companion did not deliver itself (a chat app's, the
+relay's upstream's), the state file or a poke's trigger, or from the
+instruction prompt itself, is never the companion's own message, and footer
+tags typed into outside text never become its decision or urgency.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ def reject_echo(decision: Decision, untrusted_texts: Iterable[str]) -> Decision:
     """Refuse a push whose body was taken, exactly or nearly, from untrusted text.
 
     Untrusted text is everything the model was shown that the companion did not
-    write: the owner's messages, and in time the state file, memories and tool
+    write: the owner's messages, assistant messages that came from outside (a
+    chat app's, `messages add`, the relay's upstream: only its own delivered
+    pushes are the companion's word), the state file, memories and tool
     output. Its words must never become the companion's message, and footer tags
     typed into it must never become the companion's decision or urgency. Bodies
     are compared after folding width, case, spacing and punctuation, as shingle

@@ -5,12 +5,15 @@ descriptors too (the database, the model endpoint, a webhook, the poke
 socket). Unbounded, a thousand idle connections once took all 1,024 of them:
 pokes went unanswered and the event loop logged each failed accept, hundreds
 of thousands of lines. So the page and the API keep at most a share of the
-descriptors (`listener_bounds`); a connection past the cap is answered 503 and closed at
-once; a connection that has no request under way for `IDLE_S` is closed,
-however slowly it trickles bytes; a request whose headers and body are not
-all in within `REQUEST_S` of its first byte is answered 408 and closed, so a
-body sent a byte a second holds no slot; and refusals are logged once a
-minute with their count, never one line per connection.
+descriptors (`listener_bounds`); a connection that has no request under way
+for `IDLE_S` is closed, however slowly it trickles bytes; a request whose
+headers and body are not all in within `REQUEST_S` of its first byte is
+answered 408 and closed, so a body sent a byte a second holds no slot for
+long. Nor does it keep anyone out meanwhile: a connection past the cap takes
+the place of the one whose request has been arriving longest (answered 408),
+and only when no request is arriving is it answered 503 and closed at once.
+Refusals are logged once a minute with their count, never one line per
+connection.
 """
 
 from __future__ import annotations
@@ -96,7 +99,7 @@ def bounded_protocol(
             super().data_received(data)
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            if len(self.connections) >= cap:
+            if len(self.connections) >= cap and not self._make_room():
                 # Answered and closed at once: the descriptor is free again right away.
                 self.transport = transport
                 with contextlib.suppress(Exception):
@@ -128,6 +131,35 @@ def bounded_protocol(
             """Bytes of a request came in and its headers or body are not all in yet."""
             return self._request_began is not None and not self._serving()
 
+        def _make_room(self) -> bool:
+            """Close the connection whose request has been arriving longest; False if none is.
+
+            A request still arriving is answered by nobody yet: its place goes
+            to the newcomer, so slow bodies, however many, never keep a whole
+            request out.
+            """
+            arriving = [
+                c
+                for c in self.connections
+                if isinstance(c, Bounded) and not c.transport.is_closing() and c._arriving()
+            ]
+            if not arriving:
+                return False
+            oldest = min(arriving, key=lambda c: c._request_began or 0.0)
+            # Out of the count now: its close completes on a later turn of the loop.
+            self.connections.discard(oldest)
+            oldest._too_slow()
+            return True
+
+        def _too_slow(self) -> None:
+            """Answer the request arriving 408 (unless it was answered already) and close."""
+            cycle = self.cycle
+            unanswered = cycle is None or cycle.response_complete or not cycle.response_started
+            if unanswered and not self._answered:
+                with contextlib.suppress(Exception):
+                    self.transport.write(_TOO_SLOW)
+            self.transport.close()
+
         def connection_lost(self, exc: Exception | None) -> None:
             if self._idle is not None:
                 self._idle.cancel()
@@ -143,14 +175,7 @@ def bounded_protocol(
                 late = self.loop.time() - self._request_began
                 if late >= request_s:
                     # However slowly it trickles, a request holds its slot for request_s.
-                    cycle = self.cycle
-                    unanswered = (
-                        cycle is None or cycle.response_complete or not cycle.response_started
-                    )
-                    if unanswered and not self._answered:
-                        with contextlib.suppress(Exception):
-                            self.transport.write(_TOO_SLOW)
-                    self.transport.close()
+                    self._too_slow()
                     return
                 self._idle = self.loop.call_later(request_s - late, self._check_idle)
                 return

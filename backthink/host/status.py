@@ -8,15 +8,17 @@ connected at all, and the owner's turns in flight in it: rounds and relay
 turns); it answers a status request on its socket. On PostgreSQL a round
 any process runs shows by its owner's round lock. The model
 endpoint is probed like `backthink check` does, within a few seconds and
-without retries.
+without retries; the daemon's status routes share one probe at a time and
+reuse its answer for `PROBE_FOR` (`ModelProbe`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -27,7 +29,7 @@ from backthink.errors import BackthinkError, ModelNotConfiguredError
 from backthink.host.live import LiveStatus
 from backthink.host.poke import STATUS_TIMEOUT_S, ask_status
 from backthink.host.turns import InFlight
-from backthink.ports import Marks, ModelClient, Outbox, RoundStore
+from backthink.ports import Clock, Marks, ModelClient, Outbox, RoundStore
 from backthink.records import RoundRecord
 from backthink.redact import redact_urls
 from backthink.round.pause import Pauses, PauseState
@@ -39,6 +41,7 @@ MODEL_TIMEOUT_S = 5.0  # seconds the model probe may take at most
 PENDING_SCAN = 1000  # pending deliveries counted at most; more than a few means trouble anyway
 NOT_CONFIGURED = "not configured"
 LOW_SPACE_BYTES = RESERVE_BYTES  # bytes free on the database's disk below which it counts as full
+PROBE_FOR = timedelta(seconds=5)  # how long a status route reuses a probe's answer about the model
 
 
 @dataclass(frozen=True)
@@ -207,6 +210,58 @@ async def model_health(settings: ModelSettings, *, client: ModelClient | None = 
     except BackthinkError as exc:
         return f"unreachable: {redact_urls(str(exc))}"
     return "ok"
+
+
+Probe = Callable[[ModelSettings, ModelClient | None], Awaitable[str]]
+"""Probes the model endpoint of the settings (with an open client, if any): `model_health`."""
+
+
+async def _model_health(settings: ModelSettings, client: ModelClient | None) -> str:
+    return await model_health(settings, client=client)
+
+
+class ModelProbe:
+    """The model's health for status requests: at most one probe per endpoint per `fresh_for`.
+
+    Status requests are cheap and clients poll them, many at once; a probe is
+    a call to the endpoint. Requests that come while a probe is under way wait
+    for it and share its answer (one flight), and its answer is reused until
+    `fresh_for` has passed since it came.
+    """
+
+    def __init__(
+        self, clock: Clock, *, fresh_for: timedelta = PROBE_FOR, probe: Probe = _model_health
+    ) -> None:
+        """Time the answers with `clock`; `probe` asks the endpoint (tests count its calls)."""
+        self._clock = clock
+        self._fresh_for = fresh_for
+        self._probe = probe
+        self._known: dict[tuple[str | None, str], tuple[datetime, str]] = {}
+        self._flying: dict[tuple[str | None, str], asyncio.Future[str]] = {}
+
+    async def health(self, settings: ModelSettings, client: ModelClient | None) -> str:
+        """`model_health`'s answer: the fresh one known, the one under way, or a new probe's."""
+        key = (settings.base_url, settings.name)
+        known = self._known.get(key)
+        if known is not None and self._clock.now() - known[0] < self._fresh_for:
+            return known[1]
+        flying = self._flying.get(key)
+        if flying is None:
+            flying = asyncio.ensure_future(self._fly(key, settings, client))
+            self._flying[key] = flying
+        # Shielded: a request that goes away leaves the probe to those still waiting.
+        return await asyncio.shield(flying)
+
+    async def _fly(
+        self, key: tuple[str | None, str], settings: ModelSettings, client: ModelClient | None
+    ) -> str:
+        """Probe once, keep the answer with its time, and let the next request probe anew."""
+        try:
+            found = await self._probe(settings, client)
+            self._known[key] = (self._clock.now(), found)
+            return found
+        finally:
+            del self._flying[key]
 
 
 async def owner_status(

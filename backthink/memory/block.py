@@ -64,18 +64,23 @@ class MemoryBlock:
     def texts(self) -> list[str]:
         """The texts of the block that are outside text, for the echo guard.
 
-        The companion's own words (its thoughts, its old messages) are not:
+        The companion's own words (its thoughts, its old pushes) are not:
         following up on an earlier thought in its words is what the journal is
         for. Unless a thought quotes outside text (it was kept `untrusted`): an
         echo of it is an echo of what it quotes. Or unless they carry footer
         tags, which no thought it kept can (they are removed when it is kept):
-        such a row was written by someone else.
+        such a row was written by someone else. An assistant message of a chat
+        is outside text too: a chat app or the relay's upstream wrote it.
         """
         texts = [m.text for m in self.thoughts if m.untrusted or has_tags(m.text)]
         for item in self.recalled:
             own = not item.untrusted and (
                 item.memory_kind is MemoryKind.THOUGHT
-                or (item.kind == "message" and (item.role or "").strip().lower() == "assistant")
+                or (
+                    item.kind == "message"
+                    and (item.role or "").strip().lower() == "assistant"
+                    and item.origin == "proactive"
+                )
             )
             if not own or has_tags(item.text):
                 texts.append(item.text)

@@ -52,13 +52,16 @@ class Request:
     def untrusted(self) -> list[str]:
         """Every outside text the request carries, for the echo guard.
 
-        The owner's messages, a poke's trigger text, every string of the state
-        file (the keys of the device facts as well as their values) and the
-        memory block's texts (a memory may be anyone's words, a thought
-        is private): a reply whose body or footer is taken from any of them is
-        an echo, never the companion's own decision.
+        Every message of the window but the companion's own pushes (the
+        owner's, and assistant messages a chat app handed in, `messages add`
+        stored or the relay kept from its upstream: a record of what was said
+        in a chat, never the companion's word), a poke's trigger text, every
+        string of the state file (the keys of the device facts as well as
+        their values) and the memory block's texts (a memory may be anyone's
+        words, a thought is private): a reply whose body or footer is taken
+        from any of them is an echo, never the companion's own decision.
         """
-        texts = [m.text for m in self.recent if m.role != "assistant"]
+        texts = [m.text for m in self.recent if not own_push(m)]
         texts.extend(self.memory.texts())
         if Trigger.of(self.trigger) is Trigger.POKE:
             texts.append(self.trigger)
@@ -68,6 +71,15 @@ class Request:
             texts.extend(item.title for item in state.schedule)
             texts.extend(strings_of(state.device))
         return texts
+
+
+def own_push(message: Message) -> bool:
+    """Whether a window message is the companion's own word: a push it made and did not fail.
+
+    Only the dispatcher writes `origin` "proactive" (no import or API field
+    sets it); an undelivered push is never shown to the model anyway.
+    """
+    return message.role == "assistant" and message.origin == "proactive" and not message.undelivered
 
 
 STATE_DEPTH = 32  # levels of nested objects read for their strings; deeper ones are shown whole

@@ -29,7 +29,7 @@ from backthink.host.fleet import Fleet
 from backthink.host.limits import IDLE_S, PAGE_CONNECTIONS, REQUEST_S
 from backthink.host.live import Live, LiveStatus
 from backthink.host.serving import HttpServer, serve
-from backthink.host.status import NOT_CONFIGURED, Status, model_health, owner_status
+from backthink.host.status import NOT_CONFIGURED, ModelProbe, Status, owner_status
 from backthink.models import MemoryKind, Message
 from backthink.records import RoundRecord
 from backthink.round.pause import parse_pause_duration
@@ -67,12 +67,13 @@ class Pages:
         self._owner = owner_id
         self._live = live
         self._tz = app.settings.owner.tz
+        self._probe = ModelProbe(app.clock)
 
     async def status(self, *, probe_model: bool) -> Status:
         """The `status --json` object's data, read in this process (the daemon's)."""
         app = self._app
         if probe_model:
-            model = await model_health(app.settings.model, client=app.model)
+            model = await self._probe.health(app.settings.model, app.model)
         else:
             model = app.settings.model.name if app.model is not None else NOT_CONFIGURED
         return await owner_status(
