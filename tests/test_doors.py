@@ -13,11 +13,17 @@ from pathlib import Path
 
 import httpx2
 import pytest
+from conftest import ROOT
 from support.api_rig import NOW, WAIT_S, Rig, open_rig, texts
 from support.dribbler import Dribbler
 from support.fake_openai import FakeOpenAI
 
 from backthink.api.bodies import MAX_DEPTH
+from backthink.config import Settings
+from backthink.host.app import AppOverrides, build_app
+from backthink.store import VolatileStores
+from backthink.testing import FakeClock, ScriptedModel
+from backthink.web import start_web
 
 JSON = {"content-type": "application/json"}
 LONG_NUMBER = b"1" * 4301  # one digit past what Python's int() reads by default
@@ -216,7 +222,7 @@ async def test_revoking_the_last_token_keeps_the_api_closed(
 ) -> None:
     """Once a token has existed, the loopback API stays closed (401) with every token revoked."""
     async with open_rig(tmp_path, fake, tokens=False) as rig:
-        tokens = rig.fleet.stores.tokens
+        tokens = rig.fleet.tokens
         async with rig.client(None) as c:
             assert (await c.get("/v1/messages")).status_code == 200
             token = await tokens.issue("o", at=NOW)
@@ -246,8 +252,8 @@ async def test_a_token_made_before_the_mark_still_closes_the_api(
             db.execute("DELETE FROM mark WHERE owner_id = '*'")
         async with rig.client(None) as c:
             assert (await c.get("/v1/messages")).status_code == 401
-            await rig.fleet.stores.tokens.revoke("o")
-            await rig.fleet.stores.tokens.revoke("p")
+            await rig.fleet.tokens.revoke("o")
+            await rig.fleet.tokens.revoke("p")
             assert (await c.get("/v1/messages")).status_code == 401
 
 
@@ -273,7 +279,7 @@ async def stream_ends(
 async def test_a_revoked_tokens_stream_is_closed(tmp_path: Path, fake: FakeOpenAI) -> None:
     """An event stream whose token is revoked ends at its next keep-alive, sends no more pushes."""
     async with open_rig(tmp_path, fake) as rig, rig.client() as c:
-        await stream_ends(rig, c, lambda: rig.fleet.stores.tokens.revoke("o"))
+        await stream_ends(rig, c, lambda: rig.fleet.tokens.revoke("o"))
 
 
 async def test_an_open_loopback_stream_is_closed_by_the_first_token(
@@ -281,7 +287,7 @@ async def test_an_open_loopback_stream_is_closed_by_the_first_token(
 ) -> None:
     """A stream opened without a token, while none existed, ends once the first token is made."""
     async with open_rig(tmp_path, fake, tokens=False) as rig, rig.client(None) as c:
-        await stream_ends(rig, c, lambda: rig.fleet.stores.tokens.issue("p", at=NOW))
+        await stream_ends(rig, c, lambda: rig.fleet.tokens.issue("p", at=NOW))
 
 
 @pytest.mark.parametrize("where", ["sqlite", "postgresql"])
@@ -314,7 +320,7 @@ async def long_session(rig: Rig, count: int, size: int) -> None:
     from backthink.models import Message
 
     start = NOW - timedelta(seconds=count)
-    await rig.fleet.stores.session.append(
+    await rig.fleet.session.append(
         [
             Message(
                 owner_id="o",
@@ -333,7 +339,7 @@ async def test_a_page_read_in_batches_is_the_page_the_session_holds(rig: Rig) ->
 
     count, size = 2 * BATCH + 50, BATCH_CHARS // 8
     await long_session(rig, count, size)
-    session = rig.fleet.stores.session
+    session = rig.fleet.session
     oldest = (await session.page("o", after=None, limit=count))[0].message.id
     asked: list[dict[str, int]] = [
         {"limit": 1000},
@@ -361,7 +367,7 @@ async def test_a_page_stops_at_its_characters_across_batches(rig: Rig) -> None:
     from backthink.api.pages import PAGE_MAX_CHARS
 
     await long_session(rig, 90, 100_000)
-    session = rig.fleet.stores.session
+    session = rig.fleet.session
     oldest = (await session.page("o", after=None, limit=90))[0].message.id
     async with rig.client() as c:
         answer = await c.get("/v1/messages", params={"after": oldest, "limit": 1000})
@@ -416,13 +422,6 @@ async def test_unread_pages_hold_a_batch_each_not_the_page(rig: Rig) -> None:
 
 async def test_slow_bodies_give_their_places_to_a_whole_request() -> None:
     """Every slot held by a body sent slowly: a plain request is served, the oldest one gets 408."""
-    from conftest import ROOT
-
-    from backthink.config import Settings
-    from backthink.host.app import build_app
-    from backthink.testing import FakeClock, ScriptedModel
-    from backthink.web import start_web
-
     cap = 4
     settings = Settings.model_validate(
         {
@@ -432,7 +431,11 @@ async def test_slow_bodies_give_their_places_to_a_whole_request() -> None:
             "web": {"listen": "127.0.0.1:0"},
         }
     )
-    app = build_app(settings, model=ScriptedModel(), clock=FakeClock(), persona_prompt="你好")
+    app = build_app(
+        settings,
+        VolatileStores.empty(),
+        AppOverrides(model=ScriptedModel(), clock=FakeClock(), persona_prompt="你好"),
+    )
     # Deadlines far away: only the newcomer can make a slow body give way.
     page = await start_web(app, "o", max_connections=cap, idle_s=WAIT_S * 6, request_s=WAIT_S * 6)
     host, port = page.url.removeprefix("http://").rstrip("/").rsplit(":", 1)
@@ -477,7 +480,7 @@ async def test_a_page_whose_client_left_reads_no_further(rig: Rig) -> None:
             self, owner_id: str, *, after: int | None, limit: int, max_chars: int | None = None
         ) -> list[SessionEntry] | None:
             self.reads += 1
-            return await rig.fleet.stores.session.page(
+            return await rig.fleet.session.page(
                 owner_id, after=after, limit=limit, max_chars=max_chars
             )
 

@@ -21,6 +21,7 @@ from support.fake_openai import FakeOpenAI
 
 from backthink.api import open_api
 from backthink.delivery.audience import Audience
+from backthink.host.app import AppOverrides
 from backthink.host.fleet import open_fleet
 from backthink.host.live import LiveStatus
 from backthink.models import Outcome, Urgency
@@ -45,8 +46,10 @@ async def rig_with(tmp_path: Path, fake: FakeOpenAI, model: ScriptedModel) -> As
     settings = api_settings(tmp_path, fake, gate={"quiet_hours": QUIET})
     clock = FakeClock(NOW)
     audience = Audience(settings.api.seen_window)
-    async with open_fleet(settings, clock=clock, audience=audience, model=model) as fleet:
-        tokens = {"o": await fleet.stores.tokens.issue("o", at=NOW)}
+    async with open_fleet(
+        settings, AppOverrides(clock=clock, audience=audience, model=model)
+    ) as fleet:
+        tokens = {"o": await fleet.tokens.issue("o", at=NOW)}
         doors = await open_api(fleet, ["o", "p"], lambda _: LiveStatus(), keepalive_s=0.2)
         try:
             yield Rig(fleet, doors, clock, tokens)
