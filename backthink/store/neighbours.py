@@ -31,7 +31,12 @@ _SIDE = (
 
 
 def _sql(anchors: int, *, postgres: bool) -> TextualSelect:
-    delivered = "NOT p.undelivered" if postgres else "p.undelivered = 0"
+    # Neither a failed push nor a turn an edit left behind stands beside a recalled message.
+    delivered = (
+        "NOT p.undelivered AND NOT p.superseded"
+        if postgres
+        else "p.undelivered = 0 AND p.superseded = 0"
+    )
     parts = [
         _SIDE.format(cmp=cmp, order=order, delivered=delivered, i=i)
         for i in range(anchors)

@@ -245,7 +245,7 @@ class PgRecall:
                 "m.id, m.text, m.created_at, m.role, m.origin",
                 "message",
                 "m.owner_id = :owner AND m.session_id = :session AND m.id < :before"
-                " AND NOT m.undelivered",
+                " AND NOT m.undelivered AND NOT m.superseded",
                 len(message_terms),
             )
             params = _term_params(message_terms, weights)

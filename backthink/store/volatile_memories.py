@@ -137,6 +137,7 @@ class VolatileMemoryStore:
             if m.owner_id == owner_id
             and m.session_id == MAIN_SESSION
             and not m.undelivered
+            and not m.superseded
             and before is not None
             and (m.id or 0) < before
             and any(recall.contains(m.text, t) for t in weights)
@@ -156,7 +157,7 @@ class VolatileMemoryStore:
         """As `neighbours.neighbours`: the messages beside each anchor, below id `before`."""
         sessions = self._messages._sessions if self._messages else {}
         session = sessions.get((owner_id, MAIN_SESSION), [])
-        shown = [m for m in session if not m.undelivered and (m.id or 0) < before]
+        shown = [m for m in session if not (m.undelivered or m.superseded) and (m.id or 0) < before]
         at = {m.id: i for i, m in enumerate(shown)}
         found: dict[int, builtins.list[Candidate]] = {}
         for anchor in anchors:
