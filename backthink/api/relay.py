@@ -1,11 +1,16 @@
 """The relay: any OpenAI-compatible chat front-end becomes a companion.
 
-`POST /v1/chat/completions` and `GET /v1/models` are forwarded to the
-upstream (`relay.upstream`, else the `[model]` endpoint), streamed or not,
-and the upstream's status, body (or SSE chunks, as they come) and the headers
-that matter are passed back. On the way the relay keeps the conversation and
-shows the model the companion's pushes (`backthink.api.ledger`,
-`backthink.api.turns`); the front-end's own messages are never changed.
+`POST /v1/chat/completions`, `GET /v1/models` and `POST /v1/embeddings`
+are forwarded to the upstream (`relay.upstream`, else the `[model]`
+endpoint), streamed or not, and the upstream's status, body (or SSE chunks,
+as they come) and the headers that matter are passed back; the same under
+the task base URL `/v1/tasks/`. On the way the relay keeps the conversation
+and shows the model the companion's pushes (`backthink.api.ledger`,
+`backthink.api.turns`); the front-end's own messages are never changed. A
+front-end's task (`backthink.api.tasks`) and an embedding are forwarded as
+they came and kept nowhere. A streamed turn is metered: the relay asks the
+upstream for usage and hands the client only what it asked for
+(`backthink.api.metering`).
 
 Every upstream call carries the same headers: the key, and
 `accept-encoding: identity`, so the bytes passed on are the ones the
@@ -23,24 +28,34 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx2
+import structlog
 from starlette.requests import Request
 from starlette.responses import Response
 
 from backthink.api.access import Access
 from backthink.api.bodies import parse_json, read_body, require_json, whole_number
+from backthink.api.headers import ids_of
 from backthink.api.ledger import Call, Ledger, Usage
+from backthink.api.metering import UsageFilter, ask_usage
+from backthink.api.placing import with_pushes
 from backthink.api.refusals import Refusal, error_body, error_response
 from backthink.api.responses import EndingStream
-from backthink.api.turns import with_pushes
+from backthink.api.tasks import TASK_HEADER, task_of
 from backthink.api.upstream import StreamReader, passed_headers, read_completion
 from backthink.config import Settings
 from backthink.host.fleet import Fleet
 
+log = structlog.get_logger("backthink.relay")
+
 CONNECT_TIMEOUT_S = 10.0  # seconds to reach the upstream
 ANSWER_MAX_BYTES = 64 * 1024 * 1024  # a non-streamed answer larger than this is not passed on
 GONE = "the client went away"
+# An upstream that answers one of these naming the option lacks `stream_options`.
+USAGE_REFUSED = frozenset({400, 422})
+USAGE_WORDS = (b"stream_options", b"include_usage")
 
 
 class _Stopping(Exception):  # noqa: N818 - a signal inside the relay, never raised beyond it
@@ -80,6 +95,8 @@ class Relay:
         )
         self.ledger = Ledger(fleet)
         self._stopping = asyncio.Event()
+        # Set once the upstream refused a request only for asking for usage: never asked again.
+        self._no_usage = False
 
     def usage(self, owner_id: str) -> Usage:
         """The owner's requests and tokens through the relay since the daemon started."""
@@ -108,7 +125,21 @@ class Relay:
     async def models(self, request: Request) -> Response:
         """GET /v1/models: the upstream's answer, passed through."""
         await self._access.owner(request)
-        upstream = self._client.build_request("GET", self._upstream("models"))
+        return await self._passed(self._client.build_request("GET", self._upstream("models")))
+
+    async def embeddings(self, request: Request) -> Response:
+        """POST /v1/embeddings: forwarded as it came, kept nowhere."""
+        await self._access.owner(request)
+        url = self._upstream("embeddings")
+        require_json(request)
+        raw = await read_body(request, self._limit)
+        headers = {"content-type": "application/json"}
+        return await self._passed(
+            self._client.build_request("POST", url, content=raw, headers=headers)
+        )
+
+    async def _passed(self, upstream: httpx2.Request) -> Response:
+        """The upstream's answer to a request the relay keeps nothing of, passed back whole."""
         try:
             answer = await self._client.send(upstream, stream=True)
             content = await self._read(answer)
@@ -122,6 +153,14 @@ class Relay:
 
     async def chat(self, request: Request) -> Response:
         """POST /v1/chat/completions: record, forward, pass back."""
+        return await self._chat(request, tasks_path=False)
+
+    async def task_chat(self, request: Request) -> Response:
+        """POST /v1/tasks/chat/completions: a front-end's task, forwarded and kept nowhere."""
+        return await self._chat(request, tasks_path=True)
+
+    async def _chat(self, request: Request, *, tasks_path: bool) -> Response:
+        """Record (unless a task), forward, pass back."""
         started = time.perf_counter()
         owner_id = await self._access.owner(request)
         url = self._upstream("chat/completions")
@@ -130,22 +169,36 @@ class Relay:
         body = parse_json(raw)
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             raise Refusal(400, "messages: expected a list of chat messages")
-        call = await self.ledger.begin(owner_id, body["messages"], started=started)
-        forwarded = raw
-        if call.turn.pushes:
-            forwarded = json.dumps(
-                {**body, "messages": with_pushes(body["messages"], call.turn)}, ensure_ascii=False
-            ).encode()
         stream = body.get("stream") is True
-        upstream = self._client.build_request(
-            "POST", url, content=forwarded, headers={"content-type": "application/json"}
-        )
+        task = task_of(body, header=request.headers.get(TASK_HEADER), tasks_path=tasks_path)
+        plain, asked = raw, None
+        if task is not None:
+            call = self.ledger.begin_task(owner_id, task, started=started)
+        else:
+            ids = ids_of(request.headers)
+            call = await self.ledger.begin(owner_id, body["messages"], started=started, ids=ids)
+            if call.turn.placed:
+                body = {**body, "messages": with_pushes(body["messages"], call.turn.placed)}
+                plain = _encoded(body)
+            asked = None if self._no_usage else ask_usage(body)
+        metered = asked is not None
+        content: bytes | None = None  # the answer, when it had to be read already
         try:
-            answer = await self._client.send(upstream, stream=True)
+            answer = await self._send(url, plain if asked is None else _encoded(asked))
+            if metered and answer.status_code in USAGE_REFUSED:
+                content = await self._read(answer)
+                if any(word in content for word in USAGE_WORDS):
+                    # An upstream without `stream_options`: asked again as the client asked.
+                    self._no_usage, metered, content = True, False, None
+                    log.info("relay.usage_refused", status=answer.status_code)
+                    answer = await self._send(url, plain)
         except httpx2.HTTPError as exc:
             status, message = _failure(exc)
             self.ledger.finish(call, None, status=None, stream=stream, error=message)
             return error_response(status, message, "openai")
+        except _TooLarge:
+            self.ledger.finish(call, None, status=None, stream=stream, error=self._too_large)
+            return error_response(502, self._too_large, "openai")
         kind = answer.headers.get("content-type", "")
         if stream and answer.status_code == 200 and kind.startswith("text/event-stream"):
 
@@ -155,11 +208,14 @@ class Relay:
                 await answer.aclose()
 
             return EndingStream(
-                self._stream(answer, call), on_end=end, headers=passed_headers(answer.headers)
+                self._stream(answer, call, UsageFilter() if metered else None),
+                on_end=end,
+                headers=passed_headers(answer.headers),
             )
         # Not streamed, an error, or an upstream that answered in one piece: passed back whole.
         try:
-            content = await self._read(answer)
+            if content is None:
+                content = await self._read(answer)
         except httpx2.HTTPError as exc:
             status, message = _failure(exc)
             self.ledger.finish(call, None, status=None, stream=stream, error=message)
@@ -174,6 +230,17 @@ class Relay:
         return Response(
             content, status_code=answer.status_code, headers=passed_headers(answer.headers)
         )
+
+    async def _send(self, url: str, content: bytes) -> httpx2.Response:
+        """POST a JSON body upstream; the answer's body is read as it comes.
+
+        Raises:
+            httpx2.HTTPError: the upstream cannot be reached.
+        """
+        upstream = self._client.build_request(
+            "POST", url, content=content, headers={"content-type": "application/json"}
+        )
+        return await self._client.send(upstream, stream=True)
 
     @property
     def _too_large(self) -> str:
@@ -202,14 +269,23 @@ class Relay:
         finally:
             await answer.aclose()
 
-    async def _stream(self, answer: httpx2.Response, call: Call) -> AsyncIterator[bytes]:
-        """The upstream's SSE chunks as they come, read for the reply on the way."""
+    async def _stream(
+        self, answer: httpx2.Response, call: Call, usage: UsageFilter | None
+    ) -> AsyncIterator[bytes]:
+        """The upstream's SSE chunks as they come, read for the reply on the way.
+
+        With `usage`, the usage the relay asked for is read and not handed on.
+        """
         reader = StreamReader()
         status, error = 200, None
         try:
             async for piece in self._pieces(answer):
                 reader.feed(piece)
-                yield piece
+                passed = piece if usage is None else usage.feed(piece)
+                if passed:
+                    yield passed
+            if usage is not None and (rest := usage.finish()):
+                yield rest
         except httpx2.HTTPError as exc:
             status, error = _failure(exc)
             yield _error_event(status, error)
@@ -249,6 +325,11 @@ class Relay:
             stopping.cancel()
             if step is not None:
                 step.cancel()
+
+
+def _encoded(body: dict[str, Any]) -> bytes:
+    """A request body as the upstream gets it: UTF-8 JSON, characters kept as they are."""
+    return json.dumps(body, ensure_ascii=False).encode()
 
 
 def _failure(exc: httpx2.HTTPError) -> tuple[int, str]:
