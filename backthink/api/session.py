@@ -80,7 +80,10 @@ class SessionRoutes:
         return JSONResponse({"messages": [_plain(m) for m in stored]})
 
     async def get_messages(self, request: Request) -> Response:
-        """GET /v1/messages[?after=ID][&limit=N]: the session, oldest first."""
+        """GET /v1/messages[?after=ID][&limit=N][&all=1]: the session, oldest first.
+
+        `all=1` also lists the turns an edit in a chat app left behind, marked superseded.
+        """
         owner_id = await self._access.owner(request)
         query = request.query_params
         limit = number_param(
@@ -88,8 +91,9 @@ class SessionRoutes:
         )
         after = number_param(query.get("after"), "after", default=None, low=0)
         assert limit is not None
+        every = number_param(query.get("all"), "all", default=0, low=0, high=1) == 1
         entries = await self._session.page(
-            owner_id, after=after, limit=limit, max_chars=PAGE_MAX_CHARS
+            owner_id, after=after, limit=limit, max_chars=PAGE_MAX_CHARS, every=every
         )
         if entries is None:
             raise Refusal(404, f"after: there is no message {after} in this session")
