@@ -34,6 +34,10 @@ from backthink.store import open_database
 MODEL_TIMEOUT_S = 5.0  # seconds the model probe may take at most
 PENDING_SCAN = 1000  # pending deliveries counted at most; more than a few means trouble anyway
 NOT_CONFIGURED = "not configured"
+UNHEARD = (
+    "nowhere to go: no client reads the session (GET /v1/events) and there is no other "
+    "channel; add one (docs/api.md)"
+)
 LOW_SPACE_BYTES = RESERVE_BYTES  # bytes free on the database's disk below which it counts as full
 
 
@@ -82,6 +86,8 @@ class Status:
     channels: dict[str, str] = field(default_factory=dict)
     model: str = NOT_CONFIGURED
     disk: DiskState = field(default_factory=lambda: DiskState(full=False))
+    unheard: bool = False
+    """Pushes have nowhere to go: no channel but the session's, and no client watches it."""
 
     def to_json(self) -> dict[str, Any]:
         """The `status --json` object; times ISO 8601 in UTC, null when there is none."""
@@ -135,6 +141,8 @@ class Status:
             ),
             ("disk", self.disk.describe()),
         ]
+        if self.unheard:
+            rows.append(("pushes", UNHEARD))
         width = max(len(label) for label, _ in rows)
         return "\n".join(f"{label.ljust(width)}  {value}" for label, value in rows)
 
@@ -223,6 +231,10 @@ async def owner_status(
             for name, health in channels.items()
         }
     disk = disk_state(settings.database.spill_path)
+    # With the API on, the session channel reaches only a client that watches the session.
+    only_session = all(isinstance(c, WebChannelSettings) for c in settings.channels.values())
+    watched = live is not None and live.watched is True
+    unheard = bool(settings.api.listen) and bool(settings.channels) and only_session and not watched
     return Status(
         running=live is not None,
         pause=pause,
@@ -232,6 +244,7 @@ async def owner_status(
         channels=channels,
         model=model,
         disk=disk,
+        unheard=unheard,
     )
 
 
