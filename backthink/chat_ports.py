@@ -6,7 +6,7 @@ The API room reads and writes through these, as a round does through
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -27,12 +27,14 @@ class ChatSession(Protocol):
         limit: int,
         max_chars: int | None = None,
         session_id: str = MAIN_SESSION,
+        every: bool = False,
     ) -> list[SessionEntry] | None:
         """Messages after the message `after`, oldest first; without `after`, the newest `limit`.
 
         With `max_chars` the page stops once its texts and images pass that
         many characters (one message at least). None when `after` is not a
-        message of this owner's session.
+        message of this owner's session. Superseded messages are left out
+        unless `every` asks for them.
         """
         ...
 
@@ -60,6 +62,13 @@ class ChatSession(Protocol):
 
     async def revise(self, owner_id: str, message_id: int, text: str) -> bool:
         """Put `text` in place of a message's own, keeping its id and time; False when gone."""
+        ...
+
+    async def supersede(self, owner_id: str, message_ids: Collection[int]) -> int:
+        """Mark messages of the owner superseded (kept, read only by `page(every=True)`).
+
+        Returns how many were marked.
+        """
         ...
 
     async def append(self, messages: Sequence[Message]) -> list[Message]:

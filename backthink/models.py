@@ -172,6 +172,10 @@ class Message(_Frozen):
     """A written-back push whose delivery failed: kept for the gate, not shown to the model."""
     client_id: str | None = None
     """The id a chat app gave the message (unique per owner): sending it again stores nothing."""
+    chat_id: str | None = None
+    """The front-end chat a relayed message belongs to (its own id, or one the relay gave it)."""
+    superseded: bool = False
+    """Left behind by an edit or a branch in the front-end: kept, never read by a round."""
 
 
 class MemoryKind(StrEnum):
@@ -298,6 +302,8 @@ class SessionEntry:
             "speaker": m.speaker,
             "origin": m.origin,
             "delivery": self.delivery,
+            # Only listings that ask for every message (`all=1`, `--all`) hold one.
+            **({"superseded": True} if m.superseded else {}),
         }
 
 

@@ -152,6 +152,9 @@ class OutgoingMessage(_Frozen):
             "owner_id": self.owner_id,
             "persona": {"id": self.persona_id, "name": self.persona_name},
             "text": self.text,
+            # The same words under the name chat apps' incoming webhooks read (Open WebUI's
+            # Channels), so a push can be posted to one as it is.
+            "content": self.text,
             "urgency": self.urgency.value,
             "created_at": _iso(self.created_at),
         }

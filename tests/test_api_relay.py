@@ -17,7 +17,7 @@ import pytest
 import structlog
 from support.api_rig import WAIT_S, Rig, open_rig
 from support.fake_openai import FakeOpenAI
-from support.fake_script import Malformed, Reply
+from support.fake_script import Fail, Malformed, Reply
 
 
 @pytest.fixture
@@ -210,25 +210,55 @@ async def test_a_reply_whose_question_was_not_stored_is_not_kept(
     assert (finished["stored"], finished["reply"]) == (0, "skipped")
 
 
-async def test_streamed_calls_without_usage_are_counted_as_unmetered(
+async def test_streamed_turns_are_metered_and_clients_get_what_they_asked(
     rig: Rig, fake: FakeOpenAI
 ) -> None:
-    """Tokens of a stream count when its client asked for usage; the others count as unmetered."""
+    """The relay asks for usage on every stream; a client that did not ask never sees it."""
     fake.script("one", "two")
-    async with rig.sdk() as sdk:
+    raw: list[bytes] = []
+    async with rig.client() as c:
         for options in (None, {"include_usage": True}):
             extra = {"stream_options": options} if options else {}
-            chunks = await sdk.chat.completions.create(
-                model="m", messages=[{"role": "user", "content": "hi"}], stream=True, **extra
-            )
-            async for _ in chunks:
-                pass
+            body = {"model": "m", "messages": [{"role": "user", "content": f"hi {options}"}]}
+            async with c.stream(
+                "POST", "/v1/chat/completions", json={**body, "stream": True, **extra}
+            ) as answer:
+                raw.append(b"".join([piece async for piece in answer.aiter_bytes()]))
     await asyncio.wait_for(rig.doors.api.relay.settled(), WAIT_S)
-    assert "stream_options" not in fake.chat_requests[0].body
+    asked = [r.body.get("stream_options") for r in fake.chat_requests]
+    assert asked == [{"include_usage": True}, {"include_usage": True}]
+    assert b'"usage"' not in raw[0] and raw[0].endswith(b"data: [DONE]\n\n")
+    assert b'"usage": {' in raw[1]
     async with rig.client() as c:
         usage = (await c.get("/v1/status")).json()["relay"]
-    assert (usage["requests"], usage["unmetered"]) == (2, 1)
+    assert (usage["requests"], usage["unmetered"]) == (2, 0)
     assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
+
+
+async def test_an_upstream_without_stream_options_is_asked_as_the_client_asked(
+    rig: Rig, fake: FakeOpenAI
+) -> None:
+    """Refused for asking usage (400), the call goes again as it came; usage is not asked again."""
+    fake.script(
+        Fail(400, message="context too long"),
+        Fail(400, message="Unrecognized request argument: stream_options"),
+        "one",
+        "two",
+    )
+    async with rig.sdk() as sdk:
+        with pytest.raises(openai.BadRequestError, match="context too long"):
+            await sdk.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "long"}], stream=True
+            )
+        for text in ("hi", "again"):
+            chunks = await sdk.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": text}], stream=True
+            )
+            assert "".join([c.choices[0].delta.content or "" async for c in chunks if c.choices])
+    await asyncio.wait_for(rig.doors.api.relay.settled(), WAIT_S)
+    asked = [r.body.get("stream_options") for r in fake.chat_requests]
+    # Another 400 is passed back as it came; only one that names the option turns it off.
+    assert asked == [{"include_usage": True}, {"include_usage": True}, None, None]
 
 
 async def test_an_upstream_answer_past_the_bound_is_not_passed_on(

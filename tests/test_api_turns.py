@@ -11,7 +11,10 @@ from typing import Any
 
 import pytest
 
-from backthink.api.turns import MAX_PUSHES, content_text, plan, with_pushes
+from backthink.api.placing import MAX_PUSHES
+from backthink.api.placing import with_pushes as place
+from backthink.api.said import content_text
+from backthink.api.turns import plan
 from backthink.api.upstream import StreamReader, passed_headers, read_completion
 from backthink.models import DeliveryState, Message, SessionEntry
 
@@ -96,7 +99,7 @@ SYSTEM = {"role": "system", "content": "You are Cyrene."}
             [],
             ["exam?"],
         ),
-        # An edited last turn: the edited text is new, the old turn stays.
+        # An edited last turn: the edited text is new (the old turn is superseded).
         (
             [
                 entry(1, "user", "hi"),
@@ -120,13 +123,11 @@ SYSTEM = {"role": "system", "content": "You are Cyrene."}
             [],
             [],
         ),
-        # An edited turn, retried after its call failed.
+        # An edited turn, retried after its call failed (the session reads no superseded turn).
         (
             [
                 entry(1, "user", "hi"),
                 entry(2, "assistant", "hello"),
-                entry(3, "user", "fien"),
-                entry(4, "assistant", "what?"),
                 entry(5, "user", "fine"),
             ],
             [user("hi"), bot("hello"), user("fine")],
@@ -193,12 +194,13 @@ HISTORY = [
             ["next"],
             [],
         ),
-        # It shows a push that came after its last turn: that push is not put in twice.
+        # It shows a push that came after its last turn: that push is not put in twice; the
+        # earlier one it does not show is put at its place.
         (
             [*HISTORY, entry(6, "assistant", "dinner?", push="delivered")],
             [user("hi"), bot("hello"), user("fine"), bot("good"), bot("dinner?"), user("pasta")],
             ["pasta"],
-            [],
+            ["exam?"],
         ),
         # It shows the pushes, the session also holds one it missed: only that one is shown.
         (
@@ -266,7 +268,7 @@ def test_pushes_go_right_before_the_newest_user_message_and_nothing_else_changes
         {"role": "user", "content": [{"type": "text", "text": "x"}]},
     ]
     turn = plan(request_, session)
-    out = with_pushes(request_, turn)
+    out = place(request_, turn.placed)
     assert out == [SYSTEM, user("hi"), bot("hello"), bot("p1"), bot("p2"), request_[3]]
     assert [m for m in out if m not in (bot("p1"), bot("p2"))] == request_
 
@@ -279,7 +281,7 @@ def test_pushes_go_before_the_run_of_trailing_user_messages() -> None:
         entry(3, "assistant", "p1", push="delivered"),
     ]
     request_ = [SYSTEM, user("hi"), bot("hello"), user("one"), user("two")]
-    out = with_pushes(request_, plan(request_, session))
+    out = place(request_, plan(request_, session).placed)
     assert out == [SYSTEM, user("hi"), bot("hello"), bot("p1"), user("one"), user("two")]
 
 

@@ -1,14 +1,16 @@
 """The relay's bookkeeping: what each relayed call adds to the session, and what each owner used.
 
 A call begins by planning its turn against the session's newest messages
-(`backthink.api.turns`) and storing the new user messages before the
-upstream is asked: a daemon killed during the call keeps the owner's
-question, and a round that starts meanwhile sees the owner active. It ends,
-once, with the upstream's outcome. Then its reply is
-kept: appended, or put in place of the reply a regenerated turn had, and only
-when the turn's question is in the session (a reply without its question
-would answer nothing). One owner's writes run in order, each call waiting for
-the previous one's, so a turn always finds the turns before it.
+(`backthink.api.turns`), marking superseded what an edit left behind and
+storing the new user messages before the upstream is asked: a daemon killed
+during the call keeps the owner's question, and a round that starts
+meanwhile sees the owner active. It ends, once, with the upstream's outcome.
+Then its reply is kept: appended, or put in place of the reply a regenerated
+turn had, and only when the turn's question is in the session (a reply
+without its question would answer nothing). One owner's writes run in order,
+each call waiting for the previous one's, so a turn always finds the turns
+before it. A front-end's task (`kind=task`) touches no session: it is only
+counted and logged.
 
 Each call leaves one `relay.finished` line, written once its writes are
 done, so the counts it gives are what was stored, with the owner's turns
@@ -20,13 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import structlog
 
 from backthink.api.incoming import incoming
-from backthink.api.turns import Turn, plan
+from backthink.api.turns import RELAY_CHAT, Ids, Turn, plan
 from backthink.api.upstream import Completion
 from backthink.errors import BackthinkError, StoreError
 from backthink.host.fleet import Fleet
@@ -35,7 +38,10 @@ from backthink.models import Message
 
 log = structlog.get_logger(__name__)
 
-SESSION_TAIL = 30  # newest session messages a turn is matched against
+SESSION_TAIL = 30  # newest session messages a turn is matched against, at least
+SESSION_ROOM = 20  # more than the request's messages read, for pushes and other chats between
+SESSION_MAX = 200  # newest session messages a turn is matched against, at most
+CHAT_ID_HEX = 16  # hex digits of the chat ids the relay gives chats that name none
 Kept = Literal["appended", "replaced", "skipped"]
 
 
@@ -68,8 +74,12 @@ class Call:
     speaker: str
     started: float
     """`time.perf_counter()` when the request came in."""
-    storing: asyncio.Task[bool]
-    """Stores the turn's new user messages; True once they are in the session."""
+    storing: asyncio.Task[bool] | None
+    """Stores the turn's new user messages; True once they are in the session (None: a task)."""
+    task: str | None = None
+    """The front-end task the call is, by name (None: a turn of the conversation)."""
+    chat_id: str | None = None
+    """The chat the turn's messages (and reply) belong to."""
     finished: bool = field(default=False, init=False)
     live: RelayTurn | None = field(default=None, init=False)
     """The turn among the owner's live turns, ended when the call ends."""
@@ -96,7 +106,14 @@ class Ledger:
         while pending := [t for t in self._writing.values() if not t.done()]:
             await asyncio.gather(*pending, return_exceptions=True)
 
-    async def begin(self, owner_id: str, messages: list[Any], *, started: float) -> Call:
+    def begin_task(self, owner_id: str, name: str, *, started: float) -> Call:
+        """Count a front-end's task; it reads and stores nothing."""
+        self._usage.setdefault(owner_id, Usage()).requests += 1
+        return Call(owner_id, Turn([]), "", started, None, task=name)
+
+    async def begin(
+        self, owner_id: str, messages: list[Any], *, started: float, ids: Ids | None = None
+    ) -> Call:
         """Plan the turn against the session and store its new messages.
 
         Raises:
@@ -109,8 +126,12 @@ class Ledger:
             if previous is not None:
                 # The previous turn's messages go first, or this turn would not find them.
                 await asyncio.gather(previous, return_exceptions=True)
-            tail = await self._session.recent(owner_id, limit=SESSION_TAIL)
-            turn = plan(messages, tail)
+            limit = min(max(len(messages) + SESSION_ROOM, SESSION_TAIL), SESSION_MAX)
+            tail = await self._session.recent(owner_id, limit=limit)
+            turn = plan(messages, tail, ids)
+            chat_id = turn.chat_id
+            if turn.new_chat:
+                chat_id = f"{RELAY_CHAT}{uuid.uuid4().hex[:CHAT_ID_HEX]}"
             app = await self._fleet.app(owner_id)
             now = app.clock.now()
             new = [
@@ -120,16 +141,19 @@ class Ledger:
                     owner_id=owner_id,
                     settings=app.settings,
                     now=now,
-                )
+                ).model_copy(update={"chat_id": chat_id})
                 for s in turn.new
             ]
-            storing = asyncio.create_task(self._store(owner_id, new))
+            if new and turn.client_id:
+                new[-1] = new[-1].model_copy(update={"client_id": turn.client_id})
+            storing = asyncio.create_task(self._store(owner_id, new, turn.superseded))
             self._writing[owner_id] = storing
         # Stored before the upstream is asked; shielded, so a client gone meanwhile
         # still leaves the question in the session.
         await asyncio.shield(storing)
         self._usage.setdefault(owner_id, Usage()).requests += 1
-        return Call(owner_id, turn, app.settings.persona.id, started, storing)
+        speaker = app.settings.persona.id
+        return Call(owner_id, turn, speaker, started, storing, chat_id=chat_id)
 
     def finish(
         self,
@@ -168,15 +192,24 @@ class Ledger:
             "completion_tokens": completion.completion_tokens if completion else None,
             "latency_ms": latency_ms,
         }
+        if call.storing is None:
+            # A task wrote nothing, so no turn waits for it: it is logged now.
+            log.info(
+                "relay.finished", owner_id=call.owner_id, kind="task", task=call.task, **outcome
+            )
+            return
         task = asyncio.create_task(self._keep(call, reply, outcome))
         self._writing[call.owner_id] = task
 
-    async def _store(self, owner_id: str, messages: list[Message]) -> bool:
-        """Store a turn's new messages; False (logged) when the database refused them."""
-        if not messages:
-            return True
+    async def _store(
+        self, owner_id: str, messages: list[Message], superseded: list[int] | None = None
+    ) -> bool:
+        """Mark what the turn left behind, store its new messages; False (logged) on a refusal."""
         try:
-            await self._session.append(messages)
+            if superseded:
+                await self._session.supersede(owner_id, superseded)
+            if messages:
+                await self._session.append(messages)
         except StoreError as exc:
             log.warning("relay.not_stored", owner_id=owner_id, error=str(exc))
             return False
@@ -184,6 +217,7 @@ class Ledger:
 
     async def _keep(self, call: Call, reply: str | None, outcome: dict[str, Any]) -> None:
         """Once the turn is stored, keep the reply (if its question is there); log the call."""
+        assert call.storing is not None, "a task keeps nothing"
         done = await asyncio.gather(call.storing, return_exceptions=True)
         stored = done[0] is True
         kept: Kept | None = None
@@ -192,7 +226,9 @@ class Ledger:
         log.info(
             "relay.finished",
             owner_id=call.owner_id,
+            kind="turn",
             stored=len(call.turn.new) if stored else 0,
+            superseded=len(call.turn.superseded) if stored else 0,
             pushes=len(call.turn.pushes),
             reply=kept,
             parallel=len(call.live.alongside) if call.live is not None else 0,
@@ -214,6 +250,7 @@ class Ledger:
                 text=reply,
                 speaker=call.speaker,
                 created_at=app.clock.now(),
+                chat_id=call.chat_id,
             )
             await self._session.append([message])
         except BackthinkError as exc:

@@ -52,6 +52,10 @@ _MESSAGE = {
             "enum": [None, "delivered", "undelivered", "pending"],
             "description": "null for a chat message; a push's delivery state.",
         },
+        "superseded": {
+            "type": "boolean",
+            "description": "Only with all=1, on a turn an edit in a chat app left behind.",
+        },
     },
 }
 _NEW_MESSAGE_RULES: dict[str, dict[str, Any]] = {
@@ -127,15 +131,38 @@ API_ERRORS = {
     ("/v1/status", "get"): (401, 403, 429, 503),
     ("/v1/chat/completions", "post"): (400, 401, 403, 413, 415, 429, 502, 503, 504),
     ("/v1/models", "get"): (401, 403, 429, 502, 503, 504),
+    ("/v1/embeddings", "post"): (400, 401, 403, 413, 415, 429, 502, 503, 504),
+    ("/v1/tasks/chat/completions", "post"): (400, 401, 403, 413, 415, 429, 502, 503, 504),
+    ("/v1/tasks/models", "get"): (401, 403, 429, 502, 503, 504),
 }
+RELAYED = (
+    "/v1/chat/completions",
+    "/v1/models",
+    "/v1/embeddings",
+    "/v1/tasks/chat/completions",
+    "/v1/tasks/models",
+)
+"""The relay's routes, which answer errors as an OpenAI-compatible server does."""
 """The error statuses each route answers with."""
 
 
 def _errors(path: str, method: str) -> dict[str, Any]:
     """The error answers of a route, in the API's or the relay's shape."""
-    schema = "RelayError" if path in ("/v1/chat/completions", "/v1/models") else "Error"
+    schema = "RelayError" if path in RELAYED else "Error"
     ref = {"$ref": f"#/components/schemas/{schema}"}
     return {str(s): {"description": _WORDS[s], **_json(ref)} for s in API_ERRORS[path, method]}
+
+
+def _passed(path: str, method: str, summary: str) -> dict[str, Any]:
+    """A relay route whose upstream answer is passed back as it came."""
+    answer = {"description": "The upstream's answer, passed through.", **_json({})}
+    operation: dict[str, Any] = {
+        "summary": summary,
+        "responses": {"200": answer, **_errors(path, method)},
+    }
+    if method == "post":
+        operation["requestBody"] = {"required": True, **_json({"type": "object"})}
+    return {method: operation}
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -200,6 +227,12 @@ def document() -> dict[str, Any]:
                             "in": "query",
                             "schema": {"type": "integer", "minimum": 0, "maximum": 1000},
                             "description": "At most this many (default 50).",
+                        },
+                        {
+                            "name": "all",
+                            "in": "query",
+                            "schema": {"type": "integer", "enum": [0, 1]},
+                            "description": "1: also the superseded turns, marked so.",
                         },
                     ],
                     "responses": {
@@ -266,6 +299,18 @@ def document() -> dict[str, Any]:
                     },
                 },
             },
+            "/v1/embeddings": _passed(
+                "/v1/embeddings", "post", "Embeddings, forwarded as they came, kept nowhere"
+            ),
+            "/v1/tasks/chat/completions": _passed(
+                "/v1/tasks/chat/completions",
+                "post",
+                "A chat front-end's own task (a title, tags, a summary): forwarded as it came, "
+                "kept nowhere, no pushes shown",
+            ),
+            "/v1/tasks/models": _passed(
+                "/v1/tasks/models", "get", "The upstream's models, for a task connection"
+            ),
             "/v1/openapi.json": {
                 "get": {
                     "summary": "This document",

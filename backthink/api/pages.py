@@ -37,9 +37,18 @@ class PageSource(Protocol):
     """Where a page is read from: the session store's `page`."""
 
     async def page(
-        self, owner_id: str, *, after: int | None, limit: int, max_chars: int | None = None
+        self,
+        owner_id: str,
+        *,
+        after: int | None,
+        limit: int,
+        max_chars: int | None = None,
+        every: bool = False,
     ) -> list[SessionEntry] | None:
-        """Messages after `after`, oldest first (without it the newest `limit`); None: unknown."""
+        """Messages after `after`, oldest first (without it the newest `limit`); None: unknown.
+
+        With `every`, superseded messages are among them too.
+        """
         ...
 
 
@@ -66,10 +75,18 @@ class Page:
     """Messages the page may still hold beyond those in `read`."""
     chars_left: int
     """Characters the page may still hold beyond those in `read`."""
+    every: bool = False
+    """Superseded messages are on the page too (`all=1`)."""
 
     @classmethod
     async def open(
-        cls, session: PageSource, owner_id: str, *, after: int | None, limit: int
+        cls,
+        session: PageSource,
+        owner_id: str,
+        *,
+        after: int | None,
+        limit: int,
+        every: bool = False,
     ) -> Page | None:
         """The page's first batch read; None when `after` is not a message of the session.
 
@@ -78,18 +95,21 @@ class Page:
         """
         if after is not None:
             first = await session.page(
-                owner_id, after=after, limit=min(limit, BATCH), max_chars=BATCH_CHARS
+                owner_id, after=after, limit=min(limit, BATCH), max_chars=BATCH_CHARS, every=every
             )
             if first is None:
                 return None
-            return cls(session, owner_id, first, limit - len(first), _left(first, PAGE_MAX_CHARS))
-        whole = await session.page(owner_id, after=None, limit=limit, max_chars=PAGE_MAX_CHARS)
+            left = limit - len(first)
+            return cls(session, owner_id, first, left, _left(first, PAGE_MAX_CHARS), every)
+        whole = await session.page(
+            owner_id, after=None, limit=limit, max_chars=PAGE_MAX_CHARS, every=every
+        )
         whole = whole or []
         if len(whole) <= BATCH and sum(chars(e) for e in whole) <= BATCH_CHARS:
-            return cls(session, owner_id, whole, 0, 0)
+            return cls(session, owner_id, whole, 0, 0, every)
         # Only where it begins is kept: the rest is read again as it is sent.
         first = whole[:1]
-        return cls(session, owner_id, first, len(whole) - 1, _left(first, PAGE_MAX_CHARS))
+        return cls(session, owner_id, first, len(whole) - 1, _left(first, PAGE_MAX_CHARS), every)
 
     async def body(self) -> AsyncIterator[bytes]:
         """The page's JSON, `{"messages": [...]}`, a message at a time, read on as it is taken."""
@@ -115,6 +135,7 @@ class Page:
                     after=cursor,
                     limit=min(self.left, BATCH),
                     max_chars=min(self.chars_left, BATCH_CHARS),
+                    every=self.every,
                 )
             except StoreError as exc:
                 # The answer began already: it is left unfinished, so no client takes

@@ -1,24 +1,28 @@
 """The relay: any OpenAI-compatible chat front-end becomes a companion.
 
-`POST /v1/chat/completions` and `GET /v1/models` are forwarded to the
-upstream (`relay.upstream`, else the `[model]` endpoint), streamed or not,
-and the upstream's status, body (or SSE chunks, as they come) and the headers
-that matter are passed back. On the way the relay keeps the conversation and
-shows the model the companion's pushes (`backthink.api.ledger`,
-`backthink.api.turns`); the front-end's own messages are never changed. Each
-call is one of the owner's live turns (`backthink.host.turns`) from its
-arrival to its end; one that arrives beside others is told of them
-(`backthink.api.parallel`).
+`POST /v1/chat/completions`, `GET /v1/models` and `POST /v1/embeddings`
+are forwarded to the upstream (`relay.upstream`, else the `[model]`
+endpoint), streamed or not, and the upstream's status, body (or SSE chunks,
+as they come) and the headers that matter are passed back; the same under
+the task base URL `/v1/tasks/`. On the way the relay keeps the conversation
+and shows the model the companion's pushes (`backthink.api.ledger`,
+`backthink.api.turns`); the front-end's own messages are never changed. A
+front-end's task (`backthink.api.tasks`) and an embedding are forwarded as
+they came and kept nowhere. A streamed turn is metered: the relay asks the
+upstream for usage and hands the client only what it asked for
+(`backthink.api.metering`). Each turn of the conversation is one of the
+owner's live turns (`backthink.host.turns`) from its arrival to its end; one
+that arrives beside others is told of them (`backthink.api.parallel`). A
+call answered whole is bounded as a whole by `model.timeout_s`.
 
 Every upstream call carries the same headers: the key, and
 `accept-encoding: identity`, so the bytes passed on are the ones the
 upstream meant, never a compressed body without its header. A non-streamed
-answer is read up to `ANSWER_MAX_BYTES`, and a call that is not streamed has
-`model.timeout_s` for all of it, connecting included (504 past it). A stream
-that breaks off (the upstream stalls past `model.timeout_s`, drops the
-connection, or the daemon stops) ends with one OpenAI-style
-`data: {"error": ...}` event, as an OpenAI-compatible server reports an error
-mid-stream, and the call is logged with what really happened.
+answer is read up to `ANSWER_MAX_BYTES`. A stream that breaks off (the
+upstream stalls past `model.timeout_s`, drops the connection, or the daemon
+stops) ends with one OpenAI-style `data: {"error": ...}` event, as an
+OpenAI-compatible server reports an error mid-stream, and the call is logged
+with what really happened.
 """
 
 from __future__ import annotations
@@ -30,25 +34,34 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
+import structlog
 from starlette.requests import Request
 from starlette.responses import Response
 
 from backthink.api.access import Access
 from backthink.api.bodies import read_json_body, whole_number
+from backthink.api.headers import ids_of
 from backthink.api.ledger import Call, Ledger, Usage
+from backthink.api.metering import UsageFilter, ask_usage
 from backthink.api.parallel import client_message_id, notice, tools_called, with_notice
+from backthink.api.placing import with_pushes
 from backthink.api.refusals import Refusal, error_body, error_response
 from backthink.api.responses import EndingStream
-from backthink.api.turns import with_pushes
+from backthink.api.tasks import TASK_HEADER, task_of
 from backthink.api.upstream import StreamReader, passed_headers, read_completion
 from backthink.config import Settings
 from backthink.host.fleet import Fleet
 from backthink.host.turns import RelayTurn
 from backthink.models import Language
 
+log = structlog.get_logger(__name__)
+
 CONNECT_TIMEOUT_S = 10.0  # seconds to reach the upstream
 ANSWER_MAX_BYTES = 64 * 1024 * 1024  # a non-streamed answer larger than this is not passed on
 GONE = "the client went away"
+# An upstream that answers one of these naming the option lacks `stream_options`.
+USAGE_REFUSED = frozenset({400, 422})
+USAGE_WORDS = (b"stream_options", b"include_usage")
 
 
 class _Stopping(Exception):  # noqa: N818 - a signal inside the relay, never raised beyond it
@@ -90,6 +103,8 @@ class Relay:
         self.ledger = Ledger(fleet)
         self._fleet = fleet
         self._stopping = asyncio.Event()
+        # Set once the upstream refused a request only for asking for usage: never asked again.
+        self._no_usage = False
 
     def usage(self, owner_id: str) -> Usage:
         """The owner's requests and tokens through the relay since the daemon started."""
@@ -118,7 +133,20 @@ class Relay:
     async def models(self, request: Request) -> Response:
         """GET /v1/models: the upstream's answer, passed through."""
         await self._access.owner(request)
-        upstream = self._client.build_request("GET", self._upstream("models"))
+        return await self._passed(self._client.build_request("GET", self._upstream("models")))
+
+    async def embeddings(self, request: Request) -> Response:
+        """POST /v1/embeddings: forwarded as it came, kept nowhere."""
+        await self._access.owner(request)
+        url = self._upstream("embeddings")
+        raw = (await read_json_body(request, self._limit, root="")).raw
+        headers = {"content-type": "application/json"}
+        return await self._passed(
+            self._client.build_request("POST", url, content=raw, headers=headers)
+        )
+
+    async def _passed(self, upstream: httpx2.Request) -> Response:
+        """The upstream's answer to a request the relay keeps nothing of, passed back whole."""
         try:
             async with asyncio.timeout(self._whole_s):
                 answer = await self._client.send(upstream, stream=True)
@@ -133,6 +161,14 @@ class Relay:
 
     async def chat(self, request: Request) -> Response:
         """POST /v1/chat/completions: record, forward, pass back."""
+        return await self._chat(request, tasks_path=False)
+
+    async def task_chat(self, request: Request) -> Response:
+        """POST /v1/tasks/chat/completions: a front-end's task, forwarded and kept nowhere."""
+        return await self._chat(request, tasks_path=True)
+
+    async def _chat(self, request: Request, *, tasks_path: bool) -> Response:
+        """Record (unless a task), forward, pass back."""
         started = time.perf_counter()
         owner_id = await self._access.owner(request)
         url = self._upstream("chat/completions")
@@ -140,51 +176,69 @@ class Relay:
         raw, body = got.raw, got.data
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
             raise Refusal(400, "messages: expected a list of chat messages")
+        task = task_of(body, header=request.headers.get(TASK_HEADER), tasks_path=tasks_path)
+        if task is not None:
+            # A front-end's bookkeeping is no turn of the owner's: not counted among them.
+            call = self.ledger.begin_task(owner_id, task, started=started)
+            return await self._forward(call, url, raw, body, None)
         live = self._fleet.turns.relay(owner_id, client_message_id(request.headers))
         live.called(tools_called(body["messages"]))
         try:
-            return await self._forward(owner_id, url, raw, body, live, started)
+            ids = ids_of(request.headers)
+            call = await self.ledger.begin(owner_id, body["messages"], started=started, ids=ids)
+            call.live = live
+            return await self._forward(call, url, raw, body, live)
         except BaseException:
             live.end()  # cut short (a refusal, the client gone): no longer in flight
             raise
 
     async def _forward(
         self,
-        owner_id: str,
+        call: Call,
         url: str,
         raw: bytes,
         body: dict[str, Any],
-        live: RelayTurn,
-        started: float,
+        live: RelayTurn | None,
     ) -> Response:
-        """Record the turn, forward it, pass the answer back; the call ends the live turn."""
-        call = await self.ledger.begin(owner_id, body["messages"], started=started)
-        call.live = live
-        forwarded = raw
-        told = notice(live.alongside, self._language(owner_id))
-        if call.turn.pushes or told is not None:
-            messages = body["messages"]
-            if call.turn.pushes:
-                messages = with_pushes(messages, call.turn)
-            if told is not None:
-                messages = with_notice(messages, told)
-            forwarded = json.dumps({**body, "messages": messages}, ensure_ascii=False).encode()
+        """Forward a call the ledger began, pass the answer back; the call's end ends its turn."""
         stream = body.get("stream") is True
-        upstream = self._client.build_request(
-            "POST", url, content=forwarded, headers={"content-type": "application/json"}
-        )
-        live.asking()
+        plain, asked = raw, None
+        if call.task is None:
+            told = notice(live.alongside, self._language(call.owner_id)) if live else None
+            if call.turn.placed or told is not None:
+                messages = body["messages"]
+                if call.turn.placed:
+                    messages = with_pushes(messages, call.turn.placed)
+                if told is not None:
+                    messages = with_notice(messages, told)
+                body = {**body, "messages": messages}
+                plain = _encoded(body)
+            asked = None if self._no_usage else ask_usage(body)
+        metered = asked is not None
+        content: bytes | None = None  # the answer, when it had to be read already
+        if live is not None:
+            live.asking()
         # A call answered whole is bounded as a whole: connecting, the headers and every
         # byte of the body within model.timeout_s, however slowly the upstream dribbles
         # them (the client's read timeout bounds each read, never their sum).
         deadline = None if stream else asyncio.get_running_loop().time() + self._whole_s
         try:
             async with asyncio.timeout_at(deadline):
-                answer = await self._client.send(upstream, stream=True)
+                answer = await self._send(url, plain if asked is None else _encoded(asked))
+                if metered and answer.status_code in USAGE_REFUSED:
+                    content = await self._read(answer)
+                    if any(word in content for word in USAGE_WORDS):
+                        # An upstream without `stream_options`: asked again as the client asked.
+                        self._no_usage, metered, content = True, False, None
+                        log.info("relay.usage_refused", status=answer.status_code)
+                        answer = await self._send(url, plain)
         except (httpx2.HTTPError, TimeoutError) as exc:
             status, message = _failure(exc)
             self.ledger.finish(call, None, status=None, stream=stream, error=message)
             return error_response(status, message, "openai")
+        except _TooLarge:
+            self.ledger.finish(call, None, status=None, stream=stream, error=self._too_large)
+            return error_response(502, self._too_large, "openai")
         kind = answer.headers.get("content-type", "")
         if stream and answer.status_code == 200 and kind.startswith("text/event-stream"):
 
@@ -194,12 +248,15 @@ class Relay:
                 await answer.aclose()
 
             return EndingStream(
-                self._stream(answer, call), on_end=end, headers=passed_headers(answer.headers)
+                self._stream(answer, call, UsageFilter() if metered else None),
+                on_end=end,
+                headers=passed_headers(answer.headers),
             )
         # Not streamed, an error, or an upstream that answered in one piece: passed back whole.
         try:
-            async with asyncio.timeout_at(deadline):
-                content = await self._read(answer)
+            if content is None:
+                async with asyncio.timeout_at(deadline):
+                    content = await self._read(answer)
         except (httpx2.HTTPError, TimeoutError) as exc:
             status, message = _failure(exc)
             self.ledger.finish(call, None, status=None, stream=stream, error=message)
@@ -219,6 +276,17 @@ class Relay:
         """The owner's prompt language (its app is wired by now), for the parallel notice."""
         app = self._fleet.cached(owner_id)
         return (app.settings if app is not None else self._fleet.settings).prompt.language
+
+    async def _send(self, url: str, content: bytes) -> httpx2.Response:
+        """POST a JSON body upstream; the answer's body is read as it comes.
+
+        Raises:
+            httpx2.HTTPError: the upstream cannot be reached.
+        """
+        upstream = self._client.build_request(
+            "POST", url, content=content, headers={"content-type": "application/json"}
+        )
+        return await self._client.send(upstream, stream=True)
 
     @property
     def _too_large(self) -> str:
@@ -247,8 +315,13 @@ class Relay:
         finally:
             await answer.aclose()
 
-    async def _stream(self, answer: httpx2.Response, call: Call) -> AsyncIterator[bytes]:
-        """The upstream's SSE chunks as they come, read for the reply on the way."""
+    async def _stream(
+        self, answer: httpx2.Response, call: Call, usage: UsageFilter | None
+    ) -> AsyncIterator[bytes]:
+        """The upstream's SSE chunks as they come, read for the reply on the way.
+
+        With `usage`, the usage the relay asked for is read and not handed on.
+        """
         reader = StreamReader()
         status, error = 200, None
         try:
@@ -256,7 +329,11 @@ class Relay:
                 reader.feed(piece)
                 if call.live is not None:
                     call.live.streamed(reader.chars, reader.tools)
-                yield piece
+                passed = piece if usage is None else usage.feed(piece)
+                if passed:
+                    yield passed
+            if usage is not None and (rest := usage.finish()):
+                yield rest
         except httpx2.HTTPError as exc:
             status, error = _failure(exc)
             yield _error_event(status, error)
@@ -296,6 +373,11 @@ class Relay:
             stopping.cancel()
             if step is not None:
                 step.cancel()
+
+
+def _encoded(body: dict[str, Any]) -> bytes:
+    """A request body as the upstream gets it: UTF-8 JSON, characters kept as they are."""
+    return json.dumps(body, ensure_ascii=False).encode()
 
 
 def _failure(exc: httpx2.HTTPError | TimeoutError) -> tuple[int, str]:

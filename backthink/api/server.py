@@ -1,4 +1,10 @@
-"""The API's routes (Starlette) and its listener, shared with the page when the addresses match."""
+"""The API's routes (Starlette) and its listener, shared with the page when the addresses match.
+
+Every `/v1/` path answers JSON: the API's own routes in its style, the
+relay's (and any path under `/v1/` that is no route) as an OpenAI-compatible
+server does, so a chat front-end shows its own error text. Browser pages of
+`api.cors_origins` may call them (`backthink.api.cors`).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp
 
 from backthink.api.access import Access
+from backthink.api.cors import Cors
 from backthink.api.events import KEEPALIVE_S, EventRoutes
 from backthink.api.openapi import document
 from backthink.api.refusals import Refusal, Style, error_response
@@ -31,7 +38,7 @@ Handler = Callable[[Request], Awaitable[Response]]
 PageApp = Callable[[Fleet, list[str], Live], Awaitable[ASGIApp]]
 """Builds the page, to be served on the API's listener."""
 
-METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]
 
 
 def _guarded(handler: Handler, style: Style) -> Handler:
@@ -68,8 +75,8 @@ async def _openapi(request: Request) -> Response:
 
 
 async def _unknown(request: Request) -> Response:
-    """Any other path under /v1/: a JSON 404."""
-    return error_response(404, f"no endpoint {request.method} {request.url.path}", "api")
+    """Any other path under /v1/: a 404 as an OpenAI-compatible server answers it."""
+    return error_response(404, f"no endpoint {request.method} {request.url.path}", "openai")
 
 
 class Api:
@@ -116,6 +123,10 @@ class Api:
         relay: list[tuple[str, Handler, str]] = [
             ("/v1/chat/completions", self.relay.chat, "POST"),
             ("/v1/models", self.relay.models, "GET"),
+            ("/v1/embeddings", self.relay.embeddings, "POST"),
+            # The task base URL: a front-end's second connection for its own tasks.
+            ("/v1/tasks/chat/completions", self.relay.task_chat, "POST"),
+            ("/v1/tasks/models", self.relay.models, "GET"),
         ]
         return [
             *(Route(path, _guarded(h, "api"), methods=[m]) for path, h, m in api),
@@ -174,8 +185,11 @@ async def open_api(
         routes.append(Mount("", app=await page(fleet, owners, live)))
         ready.append("web.ready")
     try:
+        app: ASGIApp = Starlette(routes=routes)
+        if settings.cors_origins:
+            app = Cors(app, settings.cors_origins)
         server = await serve(
-            Starlette(routes=routes),
+            app,
             address,
             key="api.listen",
             listen=settings.listen,

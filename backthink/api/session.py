@@ -82,7 +82,10 @@ class SessionRoutes:
         return JSONResponse({"messages": [_plain(m) for m in stored]})
 
     async def get_messages(self, request: Request) -> Response:
-        """GET /v1/messages[?after=ID][&limit=N]: the session, oldest first."""
+        """GET /v1/messages[?after=ID][&limit=N][&all=1]: the session, oldest first.
+
+        `all=1` also lists the turns an edit in a chat app left behind, marked superseded.
+        """
         owner_id = await self._access.owner(request)
         query = request.query_params
         limit = number_param(
@@ -90,7 +93,8 @@ class SessionRoutes:
         )
         after = number_param(query.get("after"), "after", default=None, low=0)
         assert limit is not None
-        page = await Page.open(self._session, owner_id, after=after, limit=limit)
+        every = number_param(query.get("all"), "all", default=0, low=0, high=1) == 1
+        page = await Page.open(self._session, owner_id, after=after, limit=limit, every=every)
         if page is None:
             raise Refusal(404, f"after: there is no message {after} in this session")
         audience = self._fleet.audience

@@ -121,6 +121,12 @@ def messages_list(
     as_json: Annotated[
         bool, typer.Option("--json", help='Print {"messages": [...]} as GET /v1/messages does.')
     ] = False,
+    every: Annotated[
+        bool,
+        typer.Option(
+            "--all", help="Also the turns an edit in a chat app left behind (superseded)."
+        ),
+    ] = False,
     owner: OwnerOption = None,
 ) -> None:
     """Show the main session, oldest first: what was said, and what the companion pushed."""
@@ -132,7 +138,9 @@ def messages_list(
 
     async def go() -> list[SessionEntry]:
         async with open_database(settings.database, write=False) as store:
-            found = await store.session.page(settings.owner.id, after=None, limit=limit)
+            found = await store.session.page(
+                settings.owner.id, after=None, limit=limit, every=every
+            )
             return found or []
 
     entries = run_sync(go())
@@ -154,6 +162,8 @@ def _line(entry: SessionEntry, tz: tzinfo) -> str:
     where = [_shown(m.channel or "session")]
     if entry.delivery is not None:
         where.insert(0, f"push {entry.delivery}")
+    if m.superseded:
+        where.append("superseded")
     text = _shown(" ".join(m.text.split()))
     if len(text) > LINE_CHARS:
         text = text[: LINE_CHARS - 1] + "…"

@@ -362,6 +362,15 @@ class ApiSettings(_Listener):
     # channel (type web) is connected while one is, or while an event stream is open.
     seen_window: Duration = timedelta(minutes=10)
     max_body_bytes: int = Field(default=1_048_576, ge=1024, le=1_073_741_824)
+    cors_origins: list[str] = Field(default_factory=list)  # browser pages that may call /v1/
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, value: list[str]) -> list[str]:
+        for origin in value:
+            if not re.fullmatch(r"https?://[^/\s?#]+", origin.rstrip("/")):
+                raise ValueError(f"{origin!r} is not an origin such as http://localhost:3000")
+        return [origin.rstrip("/") for origin in value]
 
     @property
     def loopback(self) -> bool:

@@ -72,11 +72,27 @@ async def run_checks(settings: Settings) -> AsyncIterator[Checked]:
         raise CheckError(f"{failed[0]}{more}")
 
 
+NOWHERE = (
+    "channels: only the session channel, and with [api] on it reaches the owner only while a "
+    "client reads GET /v1/events or /v1/messages (a chat app behind the relay does not): "
+    "pushes have nowhere to go; add a channel that reaches the owner (docs/api.md shows how "
+    "for Open WebUI)"
+)
+
+
 def _check_channels(settings: Settings) -> list[Checked]:
-    """Each channel built as a round builds it: one line each, or one line for none."""
+    """Each channel built as a round builds it: one line each, or one line for none.
+
+    With the API on and no channel but the session's, a warning says pushes have
+    nowhere to go unless a client watches the session.
+    """
     if not settings.channels:
         return [Checked("channels: none configured", "warn")]
     lines = []
+    if settings.api.listen and all(
+        isinstance(c, WebChannelSettings) for c in settings.channels.values()
+    ):
+        lines.append(Checked(NOWHERE, "warn"))
     for name, channel in settings.channels.items():
         label = f"channels: {name} ({channel.type})"
         if isinstance(channel, WebChannelSettings):

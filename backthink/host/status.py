@@ -40,6 +40,10 @@ from backthink.store.turn_locks import round_running
 MODEL_TIMEOUT_S = 5.0  # seconds the model probe may take at most
 PENDING_SCAN = 1000  # pending deliveries counted at most; more than a few means trouble anyway
 NOT_CONFIGURED = "not configured"
+UNHEARD = (
+    "nowhere to go: no client reads the session (GET /v1/events) and there is no other "
+    "channel; add one (docs/api.md)"
+)
 LOW_SPACE_BYTES = RESERVE_BYTES  # bytes free on the database's disk below which it counts as full
 PROBE_FOR = timedelta(seconds=5)  # how long a status route reuses a probe's answer about the model
 
@@ -92,6 +96,8 @@ class Status:
     unwatched: tuple[str, ...] = ()
     """Session channels that are down only because no client watches them (the API is on)."""
     turns: InFlight = field(default_factory=InFlight)
+    unheard: bool = False
+    """Pushes have nowhere to go: no channel but the session's, and no client watches it."""
 
     def to_json(self) -> dict[str, Any]:
         """The `status --json` object; times ISO 8601 in UTC, null when there is none."""
@@ -136,7 +142,9 @@ class Status:
             (
                 "channels",
                 ", ".join(
-                    f"{name} unwatched (no client reads the session now: pushes go elsewhere)"
+                    f"{name} unwatched (no client reads the session now"
+                    + ("" if self.unheard else ": pushes go to another channel")
+                    + ")"
                     if name in self.unwatched
                     else f"{name} {health}"
                     for name, health in self.channels.items()
@@ -152,6 +160,8 @@ class Status:
             ("disk", self.disk.describe()),
             ("turns", _turns(self.turns)),
         ]
+        if self.unheard:
+            rows.append(("pushes", UNHEARD))
         width = max(len(label) for label, _ in rows)
         return "\n".join(f"{label.ljust(width)}  {value}" for label, value in rows)
 
@@ -311,6 +321,10 @@ async def owner_status(
     turns = InFlight(
         rounds=max(counts.get("rounds", 0), int(round_elsewhere)), relay=counts.get("relay", 0)
     )
+    # With the API on, the session channel reaches only a client that watches the session.
+    only_session = all(isinstance(c, WebChannelSettings) for c in settings.channels.values())
+    watched = live is not None and live.watched is True
+    unheard = bool(settings.api.listen) and bool(settings.channels) and only_session and not watched
     return Status(
         running=live is not None,
         pause=pause,
@@ -322,6 +336,7 @@ async def owner_status(
         disk=disk,
         unwatched=unwatched,
         turns=turns,
+        unheard=unheard,
     )
 
 

@@ -1,4 +1,9 @@
-"""SqlMessageStore: owners' sessions in the `message` table."""
+"""SqlMessageStore: owners' sessions in the `message` table.
+
+Every read a round, recall or the gate makes leaves out the messages an edit
+in a front-end superseded (`message.superseded`); only the page's own
+reads by time and by id show them.
+"""
 
 from __future__ import annotations
 
@@ -32,6 +37,8 @@ def _newest() -> SelectOfScalar[MessageRow]:
     query = select(MessageRow).where(
         col(MessageRow.owner_id) == bindparam("owner_id"),
         col(MessageRow.session_id) == bindparam("session_id"),
+        # Turns an edit in a front-end left behind are kept, never read by a round.
+        col(MessageRow.superseded) == false(),
     )
     return query.order_by(*_NEWEST_FIRST).limit(bindparam("limit", type_=Integer))
 
@@ -60,6 +67,7 @@ def _newest_owner_channels() -> Select[str | None, datetime]:
         col(MessageRow.owner_id) == bindparam("owner_id"),
         col(MessageRow.session_id) == bindparam("session_id"),
         col(MessageRow.role) == "user",
+        col(MessageRow.superseded) == false(),
     )
     return query.order_by(*_NEWEST_FIRST).limit(bindparam("limit", type_=Integer))
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 SCRIPT_LOCATION = Path(__file__).with_name("migrations")
 """env.py, script.py.mako and versions/ ship inside the package, so no alembic.ini is needed."""
 
-HEAD_REVISION = "0014"
+HEAD_REVISION = "0015"
 """The newest revision under migrations/versions; a test keeps the two in step."""
 
 VERSION_TABLE = "alembic_version"

@@ -119,7 +119,7 @@ _VISIBLE = {
     "memory": "memory m WHERE m.owner_id = :owner",
     "message": (
         "message m WHERE m.owner_id = :owner AND m.session_id = :session AND m.id < :before"
-        " AND NOT m.undelivered"
+        " AND NOT m.undelivered AND NOT m.superseded"
     ),
 }
 """Per side, the rows an owner may recall."""

@@ -33,9 +33,10 @@ _SIDE = (
 
 
 def _delivered(conn: Connection, alias: str) -> str:
+    # Neither a failed push nor a turn an edit left behind stands beside a recalled message.
     if conn.dialect.name == "postgresql":
-        return f"NOT {alias}.undelivered"
-    return f"{alias}.undelivered = 0"
+        return f"NOT {alias}.undelivered AND NOT {alias}.superseded"
+    return f"{alias}.undelivered = 0 AND {alias}.superseded = 0"
 
 
 def _query(sql: str) -> TextualSelect:
@@ -63,15 +64,19 @@ def visible(
     if before is None:
         return []
     sql = (
-        "SELECT id, owner_id, session_id, undelivered, text, created_at, role, origin"
+        "SELECT id, owner_id, session_id, undelivered, superseded, text, created_at, role, origin"
         " FROM message WHERE id IN :ids"
     )
     return [
         Candidate("message", int(i), body, at, role=role, origin=origin)
-        for i, owner, session, undelivered, body, at, role, origin in conn.execute(
+        for i, owner, session, undelivered, superseded, body, at, role, origin in conn.execute(
             _query(sql), {"ids": list(ids)}
         )
-        if owner == owner_id and session == MAIN_SESSION and not undelivered and i < before
+        if owner == owner_id
+        and session == MAIN_SESSION
+        and not undelivered
+        and not superseded
+        and i < before
     ]
 
 

@@ -9,13 +9,13 @@ the chat app's own message id.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC
 from functools import cache
 from typing import Any
 
 from pydantic import TypeAdapter
-from sqlalchemy import Integer, and_, bindparam, func, insert, null, or_, update
+from sqlalchemy import Integer, and_, bindparam, false, func, insert, null, or_, update
 from sqlalchemy.engine import Connection, RowMapping
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
@@ -53,12 +53,13 @@ def _entries(rows: Sequence[RowMapping]) -> list[SessionEntry]:
 
 
 @cache
-def _query(*, pushes_only: bool, after: bool, lean: bool = False) -> Any:
+def _query(*, pushes_only: bool, after: bool, lean: bool = False, every: bool = False) -> Any:
     """A page of entries, with bound parameters; built once per kind, so a call builds none.
 
     Parameters: `owner_id`, `session_id`, `limit`, and with `after` the
     position `after_at`, `after_id` to read on from (oldest first); without it
-    the newest come first. A `lean` page leaves every image out.
+    the newest come first. A `lean` page leaves every image out; only a page
+    of `every` message holds the superseded ones.
     """
     columns: list[Any] = [
         null().label("image") if lean and c.name == "image" else col(c)
@@ -68,7 +69,7 @@ def _query(*, pushes_only: bool, after: bool, lean: bool = False) -> Any:
     query = (
         select(*columns)
         .outerjoin(DeliveryRow, col(DeliveryRow.id) == col(MessageRow.round_id))
-        .where(*_in_session())
+        .where(*_in_session(every=every))
     )
     if pushes_only:
         query = query.where(col(MessageRow.origin) == "proactive")
@@ -76,19 +77,25 @@ def _query(*, pushes_only: bool, after: bool, lean: bool = False) -> Any:
 
 
 @cache
-def _sizes_query(*, after: bool) -> Any:
+def _sizes_query(*, after: bool, every: bool = False) -> Any:
     """The characters of text and image of each message of a page, in the page's order."""
     size = func.length(col(MessageRow.text)) + func.coalesce(func.length(col(MessageRow.image)), 0)
-    query = select(size.label("size")).where(*_in_session())
+    query = select(size.label("size")).where(*_in_session(every=every))
     return _ordered(query, after=after).limit(bindparam("limit", type_=Integer))
 
 
-def _in_session() -> list[Any]:
-    """The conditions of one owner's session (parameters `owner_id`, `session_id`)."""
-    return [
+def _in_session(*, every: bool = True) -> list[Any]:
+    """The conditions of one owner's session (parameters `owner_id`, `session_id`).
+
+    Without `every`, the messages an edit in a front-end superseded are left out.
+    """
+    conditions = [
         col(MessageRow.owner_id) == bindparam("owner_id"),
         col(MessageRow.session_id) == bindparam("session_id"),
     ]
+    if not every:
+        conditions.append(col(MessageRow.superseded) == false())
+    return conditions
 
 
 def _ordered(query: Any, *, after: bool) -> Any:
@@ -153,6 +160,7 @@ class SqlSession:
         limit: int,
         max_chars: int | None = None,
         session_id: str = MAIN_SESSION,
+        every: bool = False,
     ) -> list[SessionEntry] | None:
         """Messages after the message `after`, oldest first; without `after`, the newest `limit`.
 
@@ -160,15 +168,21 @@ class SqlSession:
         that many characters (a page holds one message at least): with
         `after`, the oldest that fit; without, the newest that fit. Their
         sizes are read first, so a page of large images is never loaded whole.
+        Superseded messages are left out unless `every` is set.
 
         Returns None when `after` is not a message of this owner's session.
         """
-        return await self._page(owner_id, after, limit, session_id, max_chars=max_chars)
+        return await self._page(
+            owner_id, after, limit, session_id, max_chars=max_chars, every=every
+        )
 
     async def recent(
         self, owner_id: str, *, limit: int, session_id: str = MAIN_SESSION
     ) -> list[SessionEntry]:
-        """The newest `limit` messages, oldest first, without their images (what a turn matches)."""
+        """The newest `limit` messages, oldest first, without images or superseded ones.
+
+        What a relayed turn is matched against.
+        """
         found = await self._page(owner_id, None, limit, session_id, lean=True)
         return found or []
 
@@ -181,12 +195,13 @@ class SqlSession:
         *,
         max_chars: int | None = None,
         lean: bool = False,
+        every: bool = False,
     ) -> list[SessionEntry] | None:
         if limit < 0:
             raise ValueError(f"limit must not be negative, got {limit}")
         params: dict[str, Any] = {"owner_id": owner_id, "session_id": session_id, "limit": limit}
-        rows_query = _query(pushes_only=False, after=after is not None, lean=lean)
-        sizes_query = _sizes_query(after=after is not None)
+        rows_query = _query(pushes_only=False, after=after is not None, lean=lean, every=every)
+        sizes_query = _sizes_query(after=after is not None, every=every)
 
         def read(conn: Connection) -> Sequence[RowMapping] | None:
             if after is not None:
@@ -259,6 +274,27 @@ class SqlSession:
         with store_errors("could not store messages"):
             changed: int = await self._db.write(lambda c: c.execute(query).rowcount)
             return changed > 0
+
+    async def supersede(self, owner_id: str, message_ids: Collection[int]) -> int:
+        """Mark messages of the owner superseded (an edit in a front-end left them behind).
+
+        They stay in the store; only `page(every=True)` reads them from then on.
+        Returns how many were marked.
+
+        Raises:
+            StoreError: the database failed.
+        """
+        wanted = sorted(set(message_ids))
+        if not wanted:
+            return 0
+        query = (
+            update(MessageRow)
+            .where(col(MessageRow.owner_id) == owner_id, col(MessageRow.id).in_(wanted))
+            .values(superseded=True)
+        )
+        with store_errors("could not store messages"):
+            changed: int = await self._db.write(lambda c: c.execute(query).rowcount)
+            return changed
 
     async def append(self, messages: Sequence[Message]) -> list[Message]:
         """Store messages of one owner in one transaction; return each as stored, in order.

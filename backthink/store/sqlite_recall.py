@@ -200,13 +200,14 @@ class Result:
     messages: dict[int, str]
 
     def still_there(self, conn: Connection) -> bool:
-        """Whether every recalled row still exists with the same text (one read)."""
+        """Whether every recalled row is there with the same text, not superseded (one read)."""
         parts: builtins.list[str] = []
         params: builtins.list[int] = []
         for table, ids in (("memory", self.memories), ("message", self.messages)):
             if ids:
                 marks = ", ".join("?" * len(ids))
-                parts.append(f"SELECT '{table}', id, text FROM {table} WHERE id IN ({marks})")
+                kept = " AND superseded = 0" if table == "message" else ""
+                parts.append(f"SELECT '{table}', id, text FROM {table} WHERE id IN ({marks}){kept}")
                 params += ids
         if not parts:
             return True

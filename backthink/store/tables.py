@@ -103,6 +103,11 @@ class MessageRow(_Table, table=True):
     )
     created_at: datetime = Field(sa_type=UTCDateTime)
     client_id: str | None = Field(default=None, sa_type=String)
+    # The front-end chat a relayed message belongs to, and whether an edit left it behind.
+    chat_id: str | None = Field(default=None, sa_type=String)
+    superseded: bool = Field(
+        default=False, sa_type=Boolean, sa_column_kwargs={"server_default": false()}
+    )
 
 
 class RoundRow(_Table, table=True):

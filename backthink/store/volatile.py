@@ -91,8 +91,9 @@ class VolatileMessageStore:
             yield from session
 
     def _newest_first(self, owner_id: str, session_id: str, role: str | None) -> Iterator[Message]:
+        """A session's messages newest first, superseded ones left out (as rounds read it)."""
         for message in reversed(self._sessions.get((owner_id, session_id), [])):
-            if role is None or message.role == role:
+            if not message.superseded and (role is None or message.role == role):
                 yield message
 
     async def recent(
@@ -100,9 +101,9 @@ class VolatileMessageStore:
     ) -> builtins.list[Message]:
         """Return the last `limit` messages of a session, oldest first, by (created_at, id)."""
         check_limit(limit)
-        if limit == 0:
-            return []
-        return self._sessions.get((owner_id, session_id), [])[-limit:]
+        found = list(islice(self._newest_first(owner_id, session_id, None), limit))
+        found.reverse()
+        return found
 
     async def session_view(
         self, owner_id: str, limit: int, *, session_id: str = MAIN_SESSION
@@ -148,6 +149,16 @@ class VolatileMessageStore:
             if m.id in wanted
         ]
         return sorted(found, key=_order)
+
+    async def supersede(self, owner_id: str, message_ids: Collection[int]) -> int:
+        """Mark messages superseded, as `SqlSession.supersede` does; how many were marked."""
+        wanted, marked = set(message_ids), 0
+        for (owner, _), session in self._sessions.items():
+            for i, message in enumerate(session):
+                if owner == owner_id and message.id in wanted:
+                    session[i] = message.model_copy(update={"superseded": True})
+                    marked += 1
+        return marked
 
     def _rewrite_writeback(self, round_id: str, **fields: object) -> None:
         """Change fields of a round's write-back message, as the SQL outbox does."""

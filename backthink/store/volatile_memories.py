@@ -156,6 +156,7 @@ class VolatileSource:
             if m.owner_id == owner_id
             and m.session_id == MAIN_SESSION
             and not m.undelivered
+            and not m.superseded
             and (m.id or 0) < before
         ]
 

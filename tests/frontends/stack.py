@@ -2,13 +2,13 @@
 
     Open WebUI ──> tap ──> backthink (relay) ──> fake upstream
         ^                        │ (rounds) ───────────^
-        └── its Channel's webhook <── apprise json:// push
+        └── its Channel's webhook <── webhook channel push
 
 The fake upstream answers the relay and backthink's own rounds; the tap
 records what Open WebUI sent the relay; backthink runs as `backthink run`
 with its config in a temporary folder and delivers pushes into an Open WebUI
-Channel through today's apprise channel (`json://…?:message=content`, so the
-body carries the `content` field the webhook requires).
+Channel through a webhook channel whose `url` is the Channel's incoming
+webhook URL as Open WebUI shows it (docs/api.md).
 """
 
 from __future__ import annotations
@@ -48,13 +48,13 @@ GATE: dict[str, object] = {
     "default_channel": "web",
 }
 PUSH_CHANNEL = "openwebui"
-"""backthink's name for the apprise channel that posts into the Open WebUI Channel."""
+"""backthink's name for the webhook channel that posts into the Open WebUI Channel."""
 
 
 def backthink_config(fake: FakeOpenAI, push_url: str | None) -> str:
     """The config sections beside Workdir's own: the relay, rounds on the fake, the channels."""
     channel = (
-        f'\n[channels.{PUSH_CHANNEL}]\ntype = "apprise"\nurl = "{push_url}"\n' if push_url else ""
+        f'\n[channels.{PUSH_CHANNEL}]\ntype = "webhook"\nurl = "{push_url}"\n' if push_url else ""
     )
     return f"""
 [schedule]
@@ -194,7 +194,7 @@ def running_stack(executable: Path, folder: Path) -> Iterator[Stack]:
         browser = Browser(openwebui.url)
         stop.callback(browser.close)
         channel_id, hook = browser.channel_with_webhook("companion")
-        push_url = f"json://127.0.0.1:{openwebui.port}{hook}?:message=content"
+        push_url = f"{openwebui.url}{hook}"
 
         workdir.write_config(backthink_config(fake, push_url), gate=GATE)
         daemon = DaemonProcess(workdir, dict(workdir.env))

@@ -1,10 +1,8 @@
 """Open WebUI 0.12.4 at its defaults in front of the relay: what the owner and the companion see.
 
 One story (see `story.py`) is played once against real processes; each test
-reads one property of what it left. The tests marked xfail(strict) are the
-front-end contract of DESIGN §16 that the relay does not keep yet: each
-fails today for the reason it names, and turns into a failure of the suite
-(XPASS) as soon as the relay keeps it, so its mark must then go.
+reads one property of what it left: the plumbing first, then the front-end
+contract of DESIGN §16.
 """
 
 from __future__ import annotations
@@ -142,14 +140,9 @@ def test_the_fixtures_are_what_open_webui_sends(story: Story, scrub: Scrub, rewr
     assert differences(found) == [], "run with --rewrite-fixtures after checking the change"
 
 
-# -- the contract of DESIGN §16 the relay does not keep yet -----------------------------
+# -- the contract of DESIGN §16 ---------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the relay stores Open WebUI's title/tags/follow-up prompts and replies as turns",
-)
 def test_no_task_enters_the_session(story: Story) -> None:
     """After the evening, the session holds no task prompt and no task reply."""
     texts = [m["text"] for m in story.session]
@@ -157,11 +150,6 @@ def test_no_task_enters_the_session(story: Story) -> None:
     assert [t for t in texts if t in TASK_REPLIES.values()] == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a regenerate stores the user line again and keeps both replies",
-)
 def test_a_regenerate_leaves_one_user_line_and_one_reply(story: Story) -> None:
     """Right after turn 4 is regenerated, the session holds its question once and the new reply."""
     session = story.steps["a-regenerate-4"].session
@@ -172,11 +160,6 @@ def test_a_regenerate_leaves_one_user_line_and_one_reply(story: Story) -> None:
     assert replies == [R4_AGAIN]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="an edit leaves the old turns 3-4 in the session, unmarked",
-)
 def test_superseded_turns_are_kept_and_marked(story: Story) -> None:
     """After the edit of turn 2, turns 3-4 are listed with all=1 as superseded, and only there."""
     kept = [m for m in story.session if m["text"] in SUPERSEDED]
@@ -186,11 +169,6 @@ def test_superseded_turns_are_kept_and_marked(story: Story) -> None:
     assert [m for m in story.session_current if m["text"] in SUPERSEDED] == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a round reads the session, which still holds the turns the edit replaced",
-)
 def test_superseded_turns_never_reach_a_round(story: Story) -> None:
     """The round after the edit is not shown turns 3-4."""
     rounds = story.steps["round-after-edit"].rounds()
@@ -200,11 +178,6 @@ def test_superseded_turns_never_reach_a_round(story: Story) -> None:
     assert A2_EDITED in texts
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the push goes into the new chat's title request, sent before its first turn",
-)
 def test_a_push_made_while_away_opens_the_new_chat(story: Story) -> None:
     """The first turn of the chat begun after a push shows the push before the owner's words."""
     messages = said(the_one_chat_turn(story, "b-turn-1"))
@@ -212,11 +185,6 @@ def test_a_push_made_while_away_opens_the_new_chat(story: Story) -> None:
     assert messages.index(("assistant", PUSH)) < messages.index(("user", B1))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a push is shown to the model for one turn only",
-)
 def test_the_push_stays_on_the_second_turn_of_that_chat(story: Story) -> None:
     """The second turn of that chat still shows the push, before the chat's first message."""
     messages = said(the_one_chat_turn(story, "b-turn-2"))
@@ -224,22 +192,12 @@ def test_the_push_stays_on_the_second_turn_of_that_chat(story: Story) -> None:
     assert messages.index(("assistant", PUSH)) < messages.index(("user", B1))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the relay inserts pushes into task requests as into turns",
-)
 def test_a_push_never_goes_into_a_task(story: Story) -> None:
     """No Open WebUI task request reaching the upstream carries the push."""
     tasks = [r for s in story.steps.values() for r in s.tasks()]
     assert tasks and [r for r in tasks if PUSH in json.dumps(r.body, ensure_ascii=False)] == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a streamed turn whose client did not ask for usage is counted as unmetered",
-)
 def test_streamed_turns_are_metered(story: Story) -> None:
     """Every streamed relay turn records its token usage; none is counted unmetered."""
     streamed = [e for e in story.relayed if e.get("stream") is True and e.get("status") == 200]

@@ -198,6 +198,7 @@ class FakeOpenAI:
             routes=[
                 Route("/v1/chat/completions", self._chat, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
+                Route("/v1/embeddings", self._embeddings, methods=["POST"]),
                 Route("/_fake/script", self._control_script, methods=["POST"]),
                 Route("/_fake/fail", self._control_fail, methods=["POST"]),
                 Route("/_fake/reset", self._control_reset, methods=["POST"]),
@@ -596,6 +597,23 @@ class FakeOpenAI:
             return _error(404, {}, "not found")
         data = [{"id": i, "object": "model", "created": 0, "owned_by": "fake"} for i in ids]
         return JSONResponse({"object": "list", "data": data})
+
+    async def _embeddings(self, request: Request) -> Response:
+        """One small vector per input, as an OpenAI-compatible server answers."""
+        recorded = await self._record(request)
+        failure = self._take_failure()
+        if failure is not None:
+            return _error(failure.status, _retry_headers(failure.retry_after_s))
+        given = recorded.body.get("input") if isinstance(recorded.body, dict) else None
+        inputs = given if isinstance(given, list) else [given]
+        data = [
+            {"object": "embedding", "index": i, "embedding": [0.0, 0.5, 1.0]}
+            for i in range(len(inputs))
+        ]
+        usage = {"prompt_tokens": len(inputs), "total_tokens": len(inputs)}
+        return JSONResponse(
+            {"object": "list", "data": data, "model": DEFAULT_MODEL, "usage": usage}
+        )
 
     async def _control_script(self, request: Request) -> Response:
         try:

@@ -4,7 +4,10 @@ Every delivery is one ``POST`` to the configured URL with this body, encoded as
 compact UTF-8 JSON (no spaces, non-ASCII characters kept as they are)::
 
     {"round_id":"…","owner_id":"…","persona":{"id":"…","name":"…"},
-     "text":"…","urgency":"routine","created_at":"2026-11-30T08:00:00+00:00"}
+     "text":"…","content":"…","urgency":"routine","created_at":"2026-11-30T08:00:00+00:00"}
+
+(`content` repeats `text` under the name a chat app's incoming webhook reads,
+such as an Open WebUI Channel's: its URL works as the channel's `url`.)
 
 and these headers:
 
