@@ -477,11 +477,17 @@ async def test_a_page_whose_client_left_reads_no_further(rig: Rig) -> None:
             self.reads = 0
 
         async def page(
-            self, owner_id: str, *, after: int | None, limit: int, max_chars: int | None = None
+            self,
+            owner_id: str,
+            *,
+            after: int | None,
+            limit: int,
+            max_chars: int | None = None,
+            every: bool = False,
         ) -> list[SessionEntry] | None:
             self.reads += 1
             return await rig.fleet.session.page(
-                owner_id, after=after, limit=limit, max_chars=max_chars
+                owner_id, after=after, limit=limit, max_chars=max_chars, every=every
             )
 
     await long_session(rig, 1000, 8000)

@@ -73,7 +73,14 @@ async def test_status_says_pushes_have_nowhere_to_go_until_a_client_watches(
 
     async def text(s: Settings, live: LiveStatus | None) -> str:
         found = await owner_status(
-            s, "o", at=T0, rounds=stores.rounds, outbox=stores.outbox, live=live, model="m"
+            s,
+            "o",
+            at=T0,
+            rounds=stores.rounds,
+            outbox=stores.outbox,
+            marks=stores.marks,
+            live=live,
+            model="m",
         )
         return found.render(ZoneInfo("Asia/Shanghai"))
 
