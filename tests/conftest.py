@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import IO
 
 import pytest
-from support import forkserver
+from support import forks
 from support.fake_openai import FakeOpenAI
-from support.forkserver import ForkServer
+from support.forks import ForkServer
 from support.pgserver import PgServer, PgUnavailableError, start_server
 from support.webhook_receiver import WebhookReceiver
 
@@ -199,9 +199,9 @@ socket = "{self.path / "bt.sock"}"
     ) -> subprocess.CompletedProcess[str]:
         """Run `backthink --config <file> ARGS` as a real process (with `stdin` as its input).
 
-        The process is a fork of the session's fork server (see support/forkserver.py).
+        The process is a fork of the session's fork server (see support/forks.py).
         """
-        proc = forkserver.run(
+        proc = forks.run(
             self.forks,
             ["--config", str(self.config), *args],
             cwd=self.path,
@@ -260,7 +260,7 @@ class DaemonProcess:
     ) -> None:
         """Start the daemon; with `open_files`, under that limit of open files (soft and hard)."""
         args = ["--config", str(config or workdir.config), "run"]
-        self.proc = forkserver.start(
+        self.proc = forks.start(
             workdir.forks, args, cwd=workdir.path, env=env, open_files=open_files
         )
         self.lines: queue.Queue[dict[str, object]] = queue.Queue()

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import forkserver
-from support.forkserver import FRESH_ENV, ForkServer
+from support import forks
+from support.forks import FRESH_ENV, ForkServer
 
 TIMEOUT_S = 30.0  # seconds for one short command on a loaded machine
 
@@ -33,7 +33,7 @@ print(json.dumps({
 def probe(
     server: ForkServer | None, tmp_path: Path, env: dict[str, str], stdin: str = ""
 ) -> dict[str, object]:
-    proc = forkserver.run(
+    proc = forks.run(
         server,
         ["one", "two"],
         cwd=tmp_path,
@@ -71,8 +71,8 @@ def test_a_forked_command_answers_as_a_fresh_one(
 ) -> None:
     """Exit code, stdout and stderr of `backthink ARGS` are those of a fresh interpreter."""
     env = dict(os.environ)
-    forked = forkserver.run(fork_server, args, cwd=tmp_path, env=env, timeout_s=TIMEOUT_S)
-    fresh = forkserver.run(None, args, cwd=tmp_path, env=env, timeout_s=TIMEOUT_S)
+    forked = forks.run(fork_server, args, cwd=tmp_path, env=env, timeout_s=TIMEOUT_S)
+    fresh = forks.run(None, args, cwd=tmp_path, env=env, timeout_s=TIMEOUT_S)
     assert (forked.returncode, forked.stdout, forked.stderr) == (
         fresh.returncode,
         fresh.stdout,
@@ -88,7 +88,7 @@ def test_exit_codes_are_the_interpreters(
     fork_server: ForkServer, tmp_path: Path, code: str, expected: int
 ) -> None:
     """sys.exit's code, 1 with a traceback for an uncaught exception, 0 at the end."""
-    proc = forkserver.run(
+    proc = forks.run(
         fork_server, [], cwd=tmp_path, env=dict(os.environ), timeout_s=TIMEOUT_S, code=code
     )
     assert proc.returncode == expected
