@@ -120,9 +120,11 @@ def pg_server() -> Iterator[PgServer]:
 
 
 @pytest.fixture
-def pg_url(pg_server: PgServer) -> str:
+def pg_url(pg_server: PgServer) -> Iterator[str]:
     """The URL of a new, empty PostgreSQL database (psycopg driver) for this test."""
-    return pg_server.url(pg_server.create_database())
+    name = pg_server.create_database()
+    yield pg_server.url(name)
+    pg_server.drop_database(name)
 
 
 @dataclass
