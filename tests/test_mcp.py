@@ -23,6 +23,9 @@ from backthink.tools import Tool, ToolError
 from backthink.tools.mcp import McpTool, open_mcp_tools
 from backthink.tools.mcp_shapes import clean_schema, offered_name, render_result
 
+# MCP's own protocol and processes, over calendars with fixed dates: no hour changes them.
+pytestmark = pytest.mark.hourless
+
 CALENDAR = str(Path(__file__).parent / "support" / "mcp_calendar.py")
 START_S = 30.0  # seconds for a server to start on a busy machine; Python imports dominate
 TEST_S = 50.0  # seconds for a whole test
