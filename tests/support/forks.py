@@ -228,7 +228,7 @@ def run(
         )
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
-    in_r, in_w = os.pipe() if stdin is not None else (os.dup(0), -1)
+    in_r, in_w = os.pipe() if stdin is not None else (_inherited_stdin(), -1)
     try:
         proc = server.spawn(
             argv, cwd=cwd, env=env, stdin=in_r, stdout=out_w, stderr=err_w, code=code
@@ -297,7 +297,7 @@ def start(
             text=True,
         )
     out_r, out_w = os.pipe()
-    stdin = os.dup(0)
+    stdin = _inherited_stdin()
     try:
         proc = server.spawn(
             argv, cwd=cwd, env=env, stdin=stdin, stdout=out_w, stderr=out_w, open_files=open_files
@@ -310,6 +310,14 @@ def start(
         os.close(out_w)
     proc.stdout = os.fdopen(out_r, "r", encoding=_ENCODING)
     return proc
+
+
+def _inherited_stdin() -> int:
+    """This process's standard input for a child, as Popen passes it; /dev/null if it has none."""
+    try:
+        return os.dup(0)
+    except OSError:
+        return os.open(os.devnull, os.O_RDONLY)
 
 
 def _feed(fd: int, text: str) -> None:
