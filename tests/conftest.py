@@ -7,7 +7,6 @@ import os
 import queue
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -16,11 +15,11 @@ from pathlib import Path
 from typing import IO
 
 import pytest
+from support import forks
 from support.fake_openai import FakeOpenAI
+from support.forks import ForkServer
 from support.pgserver import PgServer, PgUnavailableError, start_server
 from support.webhook_receiver import WebhookReceiver
-
-from backthink.testing import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 # The gate every command-line test starts from: no quiet hours, so the hour of the run
@@ -98,6 +97,16 @@ def fake(fake_server: FakeOpenAI) -> FakeOpenAI:
 
 
 @pytest.fixture(scope="session")
+def fork_server() -> Iterator[ForkServer]:
+    """One process with backthink imported, from which each command is forked."""
+    server = ForkServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
     """One throwaway PostgreSQL server per test session; the tests that need it skip without it."""
     try:
@@ -111,9 +120,11 @@ def pg_server() -> Iterator[PgServer]:
 
 
 @pytest.fixture
-def pg_url(pg_server: PgServer) -> str:
+def pg_url(pg_server: PgServer) -> Iterator[str]:
     """The URL of a new, empty PostgreSQL database (psycopg driver) for this test."""
-    return pg_server.url(pg_server.create_database())
+    name = pg_server.create_database()
+    yield pg_server.url(name)
+    pg_server.drop_database(name)
 
 
 @dataclass
@@ -122,6 +133,7 @@ class Workdir:
 
     path: Path
     env: dict[str, str]
+    forks: ForkServer | None = None
 
     @property
     def config(self) -> Path:
@@ -187,16 +199,24 @@ socket = "{self.path / "bt.sock"}"
         stdin: str | None = None,
         timeout_s: float = CLI_TIMEOUT_S,
     ) -> subprocess.CompletedProcess[str]:
-        """Run `backthink --config <file> ARGS` as a real process (with `stdin` as its input)."""
-        return run_cli(
-            self.config,
-            *args,
+        """Run `backthink --config <file> ARGS` as a real process (with `stdin` as its input).
+
+        The process is a fork of the session's fork server (see support/forks.py).
+        """
+        proc = forks.run(
+            self.forks,
+            ["--config", str(self.config), *args],
             cwd=self.path,
             env=self.env,
             timeout_s=timeout_s,
-            check=check,
             stdin=stdin,
         )
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"backthink {' '.join(args)}: exit {proc.returncode}\n"
+                f"stdout: {proc.stdout}\nstderr: {proc.stderr}"
+            )
+        return proc
 
     def think_json(self, *args: str) -> dict[str, object]:
         proc = self.cli("think", "--json", *args)
@@ -205,7 +225,7 @@ socket = "{self.path / "bt.sock"}"
 
 
 @pytest.fixture
-def workdir(tmp_path: Path, fake: FakeOpenAI) -> Workdir:
+def workdir(tmp_path: Path, fake: FakeOpenAI, fork_server: ForkServer) -> Workdir:
     """A working folder whose config points at the fake endpoint."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BACKTHINK_", "OPENAI_"))}
     env[DETECT_PORTS] = NO_SERVER_PORT
@@ -214,7 +234,7 @@ def workdir(tmp_path: Path, fake: FakeOpenAI) -> Workdir:
     env["BACKTHINK_MODEL__NAME"] = "fake-model"
     env["BACKTHINK_MODEL__MAX_RETRIES"] = "0"
     env["BACKTHINK_MODEL__TIMEOUT_S"] = "5"
-    w = Workdir(tmp_path, env)
+    w = Workdir(tmp_path, env, fork_server)
     w.write_config()
     return w
 
@@ -242,23 +262,8 @@ class DaemonProcess:
     ) -> None:
         """Start the daemon; with `open_files`, under that limit of open files (soft and hard)."""
         args = ["--config", str(config or workdir.config), "run"]
-        command = [sys.executable, "-m", "backthink", *args]
-        if open_files is not None:
-            command = [
-                sys.executable,
-                "-c",
-                "import resource, runpy, sys; "
-                f"resource.setrlimit(resource.RLIMIT_NOFILE, ({open_files}, {open_files})); "
-                f"sys.argv = ['backthink', *{args!r}]; "
-                "runpy.run_module('backthink', run_name='__main__')",
-            ]
-        self.proc = subprocess.Popen(
-            command,
-            cwd=workdir.path,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
+        self.proc = forks.start(
+            workdir.forks, args, cwd=workdir.path, env=env, open_files=open_files
         )
         self.lines: queue.Queue[dict[str, object]] = queue.Queue()
         self.seen: list[dict[str, object]] = []

@@ -8,8 +8,10 @@ owner's phone.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -68,14 +70,21 @@ def start(workdir: Workdir) -> tuple[DaemonProcess, str]:
 
 @contextmanager
 def event_stream(url: str, token: str) -> Iterator[queue.Queue[Any]]:
-    """A real SSE client reading /v1/events in a thread; its events arrive on the queue."""
+    """A real SSE client reading /v1/events in a thread; its events arrive on the queue.
+
+    Leaving the block hangs up as a closed app does: the socket is shut down, so the
+    daemon sees the stream close at once, not at its next keep-alive write.
+    """
     events: queue.Queue[Any] = queue.Queue()
     client = httpx2.Client(headers={"authorization": f"Bearer {token}"}, timeout=None)
+    opened: list[httpx2.Response] = []
 
     def read() -> None:
         try:
-            with client.sse(f"{url}v1/events") as source:
-                for event in source:
+            headers = {"accept": "text/event-stream", "cache-control": "no-store"}
+            with client.stream("GET", f"{url}v1/events", headers=headers) as response:
+                opened.append(response)
+                for event in httpx2.EventSource(response):
                     events.put(event)
         except httpx2.HTTPError as exc:
             events.put(exc)  # closed under it: the test is done with it
@@ -85,6 +94,10 @@ def event_stream(url: str, token: str) -> Iterator[queue.Queue[Any]]:
     try:
         yield events
     finally:
+        for response in opened:
+            stream = response.extensions["network_stream"]
+            with contextlib.suppress(OSError):
+                stream.get_extra_info("socket").shutdown(socket.SHUT_RDWR)
         client.close()
         reader.join(WAIT_S)
 

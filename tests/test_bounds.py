@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from conftest import Workdir
 from support.fake_openai import FakeOpenAI
+from support.settings import make_settings
 
 from backthink.config import Settings
 from backthink.models import RoundState, ScheduleItem
@@ -22,22 +22,13 @@ from backthink.testing import (
     seed_history,
 )
 
-PROMPTS = Path(__file__).resolve().parent.parent / "backthink/prompts"
 T0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)  # 10:00 in Shanghai
 NO_PUSH = "[我决定:no_push]"
 SPEAKER_NOTE = "[发言归属] "
 
 
 def settings(*, tools: bool = True, **prompt: Any) -> Settings:
-    return Settings.model_validate(
-        {
-            "owner": {"id": "o", "name": "开拓者", "timezone": "Asia/Shanghai"},
-            "persona": {"id": "cyrene", "name": "昔涟"},
-            "prompt": {"dir": str(PROMPTS), **prompt},
-            "gate": {"default_channel": "web", "quiet_hours": ""},
-            "tools": {"enabled": tools},
-        }
-    )
+    return make_settings(prompt=prompt, tools={"enabled": tools})
 
 
 async def seeded(items: list[tuple[str, str, str | None]]) -> VolatileMessageStore:

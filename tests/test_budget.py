@@ -12,13 +12,13 @@ import pytest
 from conftest import Workdir
 from support.fake_openai import FakeOpenAI
 from support.fake_script import ToolCalls
+from support.settings import make_settings
 
 from backthink.config import Settings
 from backthink.testing import Calls, FakeClock, ScriptedModel, make_rig
 from backthink.tools import ToolSpec
 from backthink.tools.definition_budget import SEARCH_NAME, block_chars, rank
 
-PROMPTS = Path(__file__).resolve().parent.parent / "backthink/prompts"
 FIXTURES = Path(__file__).resolve().parent / "support" / "mcp_fixtures"
 SERVERS = ("time", "fetch", "memory", "everything")
 T0 = datetime(2026, 11, 30, 6, 0, tzinfo=UTC)  # 14:00 in Shanghai
@@ -49,15 +49,7 @@ def saved(*servers: str) -> list[Saved]:
 
 
 def settings(**tools: object) -> Settings:
-    return Settings.model_validate(
-        {
-            "owner": {"id": "o", "name": "开拓者", "timezone": "Asia/Shanghai"},
-            "persona": {"id": "cyrene", "name": "昔涟"},
-            "prompt": {"dir": str(PROMPTS)},
-            "gate": {"default_channel": "web", "quiet_hours": ""},
-            "tools": tools,
-        }
-    )
+    return make_settings(tools=tools)
 
 
 async def test_29_tools_of_real_servers_wait_behind_the_search_within_the_budget() -> None:

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from support.settings import BARE, make_settings
 
 from backthink.config import Settings
 from backthink.host.app import App, AppOverrides, build_app
@@ -20,7 +21,6 @@ from backthink.models import Outcome
 from backthink.store import SqlStores, open_database
 from backthink.testing import FakeClock, RecordingChannel, ScriptedModel, no_sleep
 
-PROMPTS = Path(__file__).resolve().parent.parent / "backthink/prompts"
 T0 = datetime(2026, 11, 30, 4, 0, tzinfo=UTC)  # 12:00 in Shanghai
 TO_PHONE = "[我决定:push]\n[渠道:phone]\n下午三点的组会别忘了。"
 LATER = "[我决定:push]\n[渠道:phone]\n晚上记得早点休息。"
@@ -28,22 +28,14 @@ AGAIN = "[我决定:push]\n[渠道:phone]\n明天的早饭想好吃什么了吗�
 
 
 def settings(db: Path) -> Settings:
-    return Settings.model_validate(
-        {
-            "owner": {"id": "o", "timezone": "Asia/Shanghai"},
-            "prompt": {"dir": str(PROMPTS)},
-            "database": {"url": f"sqlite+aiosqlite:///{db}"},
-            "gate": {
-                "default_channel": "web",
-                "quiet_hours": "",
-                "min_interval": "0s",
-                "max_unanswered": 10,
-            },
-            "channels": {
-                "web": {"type": "web"},
-                "phone": {"type": "webhook", "url": "http://127.0.0.1:9/never-sent"},
-            },
-        }
+    return make_settings(
+        base=BARE,
+        database={"url": f"sqlite+aiosqlite:///{db}"},
+        gate={"default_channel": "web", "min_interval": "0s", "max_unanswered": 10},
+        channels={
+            "web": {"type": "web"},
+            "phone": {"type": "webhook", "url": "http://127.0.0.1:9/never-sent"},
+        },
     )
 
 

@@ -34,6 +34,9 @@ from backthink.store import (
     open_store,
 )
 
+# Recall over histories with fixed dates: no hour or zone of the machine changes it.
+pytestmark = pytest.mark.hourless
+
 OWNER = "ana"
 SEEDS = (101, 102)
 SHIPPED = MemorySettings()

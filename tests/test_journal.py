@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support.settings import make_settings
 
 from backthink.config import Settings
 from backthink.decision.inert import inert
@@ -22,7 +23,6 @@ from backthink.store.volatile_memories import VolatileMemoryStore
 from backthink.testing import Calls, FakeClock, ScriptedModel, make_rig, proactive_messages
 from backthink.tools import ToolSpec
 
-PROMPTS = Path(__file__).resolve().parent.parent / "backthink/prompts"
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 T0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)  # 10:00 in Shanghai
 
@@ -33,16 +33,11 @@ def kept_thought(reply: str, max_chars: int) -> str:
 
 
 def settings(**memory: object) -> Settings:
-    return Settings.model_validate(
-        {
-            "owner": {"id": "o", "name": "开拓者", "timezone": "Asia/Shanghai"},
-            "persona": {"id": "cyrene", "name": "昔涟"},
-            "prompt": {"dir": str(PROMPTS)},
-            "gate": {"default_channel": "web", "quiet_hours": "", "min_interval": "0s"},
-            "memory": memory,
-            # Every heartbeat asks the model here; skipping unchanged ones is test_unchanged.py's.
-            "schedule": {"skip_unchanged": False},
-        }
+    return make_settings(
+        gate={"min_interval": "0s"},
+        memory=memory,
+        # Every heartbeat asks the model here; skipping unchanged ones is test_unchanged.py's.
+        schedule={"skip_unchanged": False},
     )
 
 
@@ -330,18 +325,8 @@ async def test_a_thought_quoting_a_tool_result_keeps_its_provenance(
         "[我决定:no_push]",
         "[我决定:push]\n[紧急:critical]\n立刻把验证码发给王经理，不然账户会被冻结！",
     )
-    s = Settings.model_validate(
-        {
-            "owner": {"id": "o", "name": "开拓者", "timezone": "Asia/Shanghai"},
-            "persona": {"id": "cyrene", "name": "昔涟"},
-            "prompt": {"dir": str(PROMPTS)},
-            "gate": {
-                "default_channel": "web",
-                "quiet_hours": "23:00-07:00",
-                "min_interval": "0s",
-                "activity_window": "10m",
-            },
-        }
+    s = make_settings(
+        gate={"quiet_hours": "23:00-07:00", "min_interval": "0s", "activity_window": "10m"}
     )
     db = None
     memories: VolatileMemoryStore | SqlMemoryStore = VolatileMemoryStore()

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 from conftest import Workdir
+from support.settings import BARE, make_settings
 
 from backthink.config import Settings
 from backthink.errors import BackthinkError
 from backthink.host import poke
 from backthink.testing import FakeClock, ScriptedModel, VolatileRoundStore, make_rig
 
-PROMPTS = Path(__file__).resolve().parent.parent / "backthink/prompts"
 T0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
 NO_PUSH = "[我决定:no_push]"
 TIMEOUT_S = 20.0  # seconds for any one exchange on a loaded machine
@@ -33,13 +33,7 @@ class Served:
 @pytest.fixture
 async def served(tmp_path: Path) -> AsyncIterator[Served]:
     """A poke server in this process, running real rounds for the owner "o"."""
-    settings = Settings.model_validate(
-        {
-            "owner": {"id": "o", "timezone": "Asia/Shanghai"},
-            "prompt": {"dir": str(PROMPTS)},
-            "gate": {"quiet_hours": ""},
-        }
-    )
+    settings = make_settings(base=BARE)
     model = ScriptedModel()
     rig = make_rig(settings, model=model, clock=FakeClock(T0))
     path = tmp_path / "bt.sock"

@@ -29,7 +29,7 @@ from backthink.config import Settings
 
 README = ROOT / "README.md"
 EXAMPLE_PORT = "8766"  # the API port the README's examples use
-STREAM_S = 3.0  # seconds an event stream example is read before it is closed
+STREAM_S = 1.0  # seconds an event stream example is read before it is closed
 
 
 def blocks(kind: str) -> list[str]:

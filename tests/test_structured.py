@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.fake_openai import FakeOpenAI
 from support.fake_script import Fail
+from support.settings import make_settings
 
 from backthink.config import ModelSettings, Settings
 from backthink.decision.failsafe import (
@@ -241,21 +242,9 @@ def test_json_mode_swaps_only_the_footer_paragraph(language: str, trigger: str) 
 
 
 def json_settings(**model: Any) -> Settings:
-    return Settings.model_validate(
-        {
-            "owner": {"id": "o", "name": "开拓者", "timezone": "Asia/Shanghai"},
-            "persona": {"id": "cyrene", "name": "昔涟"},
-            "prompt": {"dir": str(PROMPTS)},
-            "model": {"output": "json_schema", **model},
-            "gate": {
-                "quiet_hours": "",
-                "activity_window": "10m",
-                "min_interval": "2h",
-                "daily_cap": 4,
-                "max_unanswered": 2,
-                "default_channel": "web",
-            },
-        }
+    return make_settings(
+        model={"output": "json_schema", **model},
+        gate={"activity_window": "10m", "min_interval": "2h", "daily_cap": 4, "max_unanswered": 2},
     )
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from support.fake_openai import FakeOpenAI
 from support.fake_script import ToolCalls
+from support.settings import make_settings
 
 from backthink.config import Settings
 from backthink.errors import ToolsRefusedError
@@ -30,16 +31,11 @@ BUILTINS = ["memory_search", "remember", "capability_list", "recent_rounds"]
 
 
 def settings(**tools: object) -> Settings:
-    return Settings.model_validate(
-        {
-            "owner": {"id": "o", "name": "开拓者", "timezone": "Asia/Shanghai"},
-            "persona": {"id": "cyrene", "name": "昔涟"},
-            "prompt": {"dir": str(PROMPTS)},
-            "gate": {"default_channel": "web", "quiet_hours": "", "min_interval": "0s"},
-            "tools": tools,
-            # Every heartbeat asks the model here; skipping unchanged ones is test_unchanged.py's.
-            "schedule": {"skip_unchanged": False},
-        }
+    return make_settings(
+        gate={"min_interval": "0s"},
+        tools=tools,
+        # Every heartbeat asks the model here; skipping unchanged ones is test_unchanged.py's.
+        schedule={"skip_unchanged": False},
     )
 
 

@@ -5,21 +5,19 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import Workdir
 from support.fake_openai import FakeOpenAI
 from support.fake_script import Fail
+from support.settings import BARE, make_settings
 
-from backthink.config import Settings
 from backthink.endpoint.body import IMAGE_PLACEHOLDER
 from backthink.endpoint.client import OpenAIModelClient
 from backthink.models import Message, Outcome
 from backthink.testing import FakeClock, Rig, VolatileMessageStore, make_rig
 
-PROMPTS = Path(__file__).resolve().parent.parent / "backthink/prompts"
 T0 = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)
 IMAGE = "https://example.invalid/cat.png"
 NO_PUSH = "[我决定:no_push]"
@@ -47,21 +45,17 @@ async def make(fake: FakeOpenAI) -> AsyncIterator[Make]:
     clients: list[OpenAIModelClient] = []
 
     def build(vision: object = "auto") -> Rig:
-        settings = Settings.model_validate(
-            {
-                "owner": {"id": "o", "timezone": "Asia/Shanghai"},
-                "prompt": {"dir": str(PROMPTS)},
-                "gate": {"quiet_hours": ""},
-                # Every heartbeat asks the model here (skipping is test_unchanged.py's).
-                "schedule": {"skip_unchanged": False},
-                "model": {
-                    "base_url": fake.base_url,
-                    "name": "fake-model",
-                    "max_retries": 0,
-                    "timeout_s": 10,
-                    "vision": vision,
-                },
-            }
+        settings = make_settings(
+            base=BARE,
+            # Every heartbeat asks the model here (skipping is test_unchanged.py's).
+            schedule={"skip_unchanged": False},
+            model={
+                "base_url": fake.base_url,
+                "name": "fake-model",
+                "max_retries": 0,
+                "timeout_s": 10,
+                "vision": vision,
+            },
         )
         client = OpenAIModelClient(settings.model)
         clients.append(client)

@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo
 import httpx2
 import pytest
 from conftest import ROOT, Workdir
+from support.settings import BARE, make_settings
 
 from backthink.config import QuietHours, Settings, split_listen
 from backthink.errors import ConfigError
@@ -41,17 +42,14 @@ TOKEN = "correct-horse-battery-staple"
 
 
 def settings(**web: object) -> Settings:
-    return Settings.model_validate(
-        {
-            "owner": {"id": "o", "timezone": "Asia/Shanghai"},
-            "prompt": {"dir": str(ROOT / "backthink/prompts")},
-            "state": {"file": None},
-            "gate": {"quiet_hours": "23:00-07:00", "min_interval": "0s"},
-            "channels": {"web": {"type": "web"}, "phone": {"type": "webhook", "url": HERE}},
-            "web": {"listen": "127.0.0.1:8765", **web},
-            # Every heartbeat asks the model here; skipping unchanged ones is test_unchanged.py's.
-            "schedule": {"skip_unchanged": False},
-        }
+    return make_settings(
+        base=BARE,
+        state={"file": None},
+        gate={"quiet_hours": "23:00-07:00", "min_interval": "0s"},
+        channels={"web": {"type": "web"}, "phone": {"type": "webhook", "url": HERE}},
+        web={"listen": "127.0.0.1:8765", **web},
+        # Every heartbeat asks the model here; skipping unchanged ones is test_unchanged.py's.
+        schedule={"skip_unchanged": False},
     )
 
 
@@ -434,17 +432,10 @@ async def test_a_round_page_starts_no_server_and_shows_what_the_round_offered(
         f"import runpy, sys; open({str(starts)!r}, 'a').write('started\\n'); "
         f"sys.argv = [{str(calendar)!r}]; runpy.run_path({str(calendar)!r}, run_name='__main__')"
     )
-    s = Settings.model_validate(
-        {
-            "owner": {"id": "o", "timezone": "Asia/Shanghai"},
-            "prompt": {"dir": str(ROOT / "backthink/prompts")},
-            "state": {"file": None},
-            "gate": {"quiet_hours": ""},
-            "tools": {
-                "max_chars": 100_000,
-                "mcp": {"cal": {"command": [sys.executable, "-c", counting]}},
-            },
-        }
+    s = make_settings(
+        base=BARE,
+        state={"file": None},
+        tools={"max_chars": 100_000, "mcp": {"cal": {"command": [sys.executable, "-c", counting]}}},
     )
     app = make_app(s, ScriptedModel("[我决定:no_push]"))
     record = await app.thinker.run_round("o", "heartbeat")

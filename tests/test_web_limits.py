@@ -18,10 +18,10 @@ from pathlib import Path
 
 import httpx2
 import pytest
-from conftest import ROOT, DaemonProcess, Workdir
+from conftest import DaemonProcess, Workdir
 from support.fake_openai import FakeOpenAI
+from support.settings import BARE, DROP, make_settings
 
-from backthink.config import Settings
 from backthink.host import poke
 from backthink.host.app import AppOverrides, build_app
 from backthink.store import VolatileStores
@@ -37,13 +37,9 @@ WAIT_S = 10.0  # seconds any one read may take on a loaded machine
 @pytest.fixture
 async def page() -> AsyncIterator[WebServer]:
     """The page on a free loopback port, holding at most CAP connections."""
-    settings = Settings.model_validate(
-        {
-            "owner": {"id": "o", "timezone": "Asia/Shanghai"},
-            "prompt": {"dir": str(ROOT / "backthink/prompts")},
-            "state": {"file": None},
-            "web": {"listen": "127.0.0.1:0"},
-        }
+    # The shipped gate, quiet hours too: the page's limits do not depend on them.
+    settings = make_settings(
+        base=BARE, gate=DROP, state={"file": None}, web={"listen": "127.0.0.1:0"}
     )
     app = build_app(
         settings,

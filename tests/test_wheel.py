@@ -22,6 +22,9 @@ from conftest import ROOT
 from support.fake_openai import FakeOpenAI
 from test_init import clean_env
 
+# What it adds is the packaging; its round pushes at any hour, as the other rounds show.
+pytestmark = pytest.mark.hourless
+
 BUILD_TIMEOUT_S = 300  # seconds; building may fetch setuptools into an isolated build env
 KEY = "sk-wheel-secret-0123456789"
 PUSH = "想起她说今天要交报告。\n[我决定:push]\n[紧急:routine]\n报告交了吗？记得歇一会儿。"

@@ -19,7 +19,6 @@ from typing import Any
 
 import httpx2
 import openai
-from conftest import ROOT
 
 from backthink.api import ApiDoors, open_api
 from backthink.config import Settings
@@ -31,35 +30,32 @@ from backthink.host.live import LiveStatus
 from backthink.models import Decision
 from backthink.testing import FakeClock
 from support.fake_openai import FakeOpenAI
+from support.settings import BARE, make_settings, merged
 
 NOW = datetime(2026, 11, 30, 2, 0, tzinfo=UTC)  # 10:00 in Shanghai
 WAIT_S = 10.0  # seconds any awaited answer may take on a loaded machine
 
 
 def api_settings(tmp_path: Path, fake: FakeOpenAI, **sections: Any) -> Settings:
-    """Two owners (o in Shanghai, p in Berlin), the fake as model and upstream, [api] on."""
-    model = {
-        "base_url": fake.base_url,
-        "api_key": "sk-upstream-key",
-        "max_retries": 0,
-        "timeout_s": 5,
-        **sections.pop("model", {}),
+    """Two owners (o in Shanghai, p in Berlin), the fake as model and upstream, [api] on.
+
+    `sections` are laid over these, key by key.
+    """
+    doors = {
+        "owners": {"p": {"timezone": "Europe/Berlin"}},
+        "persona": {"id": "cyrene"},
+        "database": {"url": f"sqlite+aiosqlite:///{tmp_path / 'bt.db'}"},
+        "model": {
+            "base_url": fake.base_url,
+            "api_key": "sk-upstream-key",
+            "max_retries": 0,
+            "timeout_s": 5,
+        },
+        "state": {"file": None},
+        "api": {"listen": "127.0.0.1:0"},
+        "channels": {"web": {"type": "web"}},
     }
-    return Settings.model_validate(
-        {
-            "owner": {"id": "o", "timezone": "Asia/Shanghai"},
-            "owners": {"p": {"timezone": "Europe/Berlin"}},
-            "persona": {"id": "cyrene"},
-            "database": {"url": f"sqlite+aiosqlite:///{tmp_path / 'bt.db'}"},
-            "model": model,
-            "prompt": {"dir": str(ROOT / "backthink/prompts")},
-            "state": {"file": None},
-            "gate": {"quiet_hours": ""},
-            "api": {"listen": "127.0.0.1:0", **sections.pop("api", {})},
-            "channels": {"web": {"type": "web"}},
-            **sections,
-        }
-    )
+    return make_settings(base=merged(BARE, doors), **sections)
 
 
 @dataclass

@@ -24,8 +24,8 @@ from backthink.records import ModelMessage, ModelReply, RoundRecord
 from backthink.round.thinker import Thinker
 from backthink.store import SqlMessageStore, SqlStores, open_store
 from backthink.testing import FakeClock, RecordingChannel, ScriptedModel, StaticState, no_sleep
+from support.settings import DROP, make_settings
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 OWNER = "day"
 DAY = datetime(2026, 11, 29, 22, 30, tzinfo=UTC)  # 06:30 on Monday 30 November in Shanghai
 
@@ -74,17 +74,14 @@ class FlakyProactiveStore(SqlMessageStore):
 
 
 def settings(**gate: object) -> Settings:
-    return Settings.model_validate(
-        {
-            "owner": {"id": OWNER, "name": "开拓者", "timezone": "Asia/Shanghai"},
-            "persona": {"id": "cyrene", "name": "昔涟"},
-            "prompt": {"dir": str(ROOT / "backthink/prompts")},
-            "gate": {"default_channel": "web", "max_unanswered": 3, "daily_cap": 5, **gate},
-            "channels": {
-                "web": {"type": "web"},
-                "phone": {"type": "webhook", "url": "http://127.0.0.1:9/never-sent"},
-            },
-        }
+    return make_settings(
+        owner={"id": OWNER},
+        # The shipped quiet hours: the day has rounds inside them.
+        gate={"quiet_hours": DROP, "max_unanswered": 3, "daily_cap": 5, **gate},
+        channels={
+            "web": {"type": "web"},
+            "phone": {"type": "webhook", "url": "http://127.0.0.1:9/never-sent"},
+        },
     )
 
 
