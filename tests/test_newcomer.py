@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 import structlog
 from conftest import DaemonProcess, Workdir, home_changed
+from support.api_rig import WAIT_S, open_rig
 from support.fake_openai import FakeOpenAI
 
 from backthink.config import Settings
 from backthink.errors import ModelError
 from backthink.host.checks import CheckError, run_checks
+from backthink.host.live import LiveStatus
+from backthink.host.status import Status
 from backthink.models import Outcome
+from backthink.round.pause import PauseState
 from backthink.testing import ScriptedModel, make_rig
 
 CLI_TIMEOUT_S = 60  # seconds for one command-line run
@@ -220,3 +226,34 @@ def test_a_greeting_the_endpoint_never_answered_waits_for_the_next_start(
     finally:
         assert daemon.stop() == 0
     assert "daemon.greeting_skipped" not in "".join(daemon.raw)
+
+
+async def test_a_dead_upstream_is_named_and_its_call_logged_as_a_warning(
+    tmp_path: Path, fake: FakeOpenAI
+) -> None:
+    """A relay call to an upstream nothing answers says which upstream, and warns in the log."""
+    dead = "http://127.0.0.1:9/v1"
+    async with open_rig(tmp_path, fake, relay={"upstream": dead}) as rig:
+        with structlog.testing.capture_logs() as logs:
+            async with rig.client() as c:
+                body = {"model": "m", "messages": [{"role": "user", "content": "在吗"}]}
+                answer = await c.post("/v1/chat/completions", json=body)
+            await asyncio.wait_for(rig.doors.api.relay.settled(), WAIT_S)
+        summary = rig.fleet.turns.relay_summary("o")
+    assert answer.status_code == 502
+    message = answer.json()["error"]["message"]
+    assert message.startswith(f"the upstream {dead} cannot be reached")
+    (finished,) = [e for e in logs if e["event"] == "relay.finished"]
+    assert finished["log_level"] == "warning" and finished["status"] is None
+    # What status shows of it, through the daemon's socket answer.
+    assert summary == {"calls": 1, "failed": 1, "last_error": message}
+    live = LiveStatus.from_json(LiveStatus(relay=summary).to_json())
+    shown = Status(
+        running=True,
+        pause=PauseState(paused=False),
+        next_heartbeat=None,
+        last_round=None,
+        pending_deliveries=0,
+        relay=live.relay,
+    ).render(ZoneInfo("UTC"))
+    assert f"relay       1 call since the daemon started, 1 failed; the last: {message}" in shown

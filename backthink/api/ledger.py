@@ -43,6 +43,7 @@ SESSION_ROOM = 20  # more than the request's messages read, for pushes and other
 SESSION_MAX = 200  # newest session messages a turn is matched against, at most
 CHAT_ID_HEX = 16  # hex digits of the chat ids the relay gives chats that name none
 Kept = Literal["appended", "replaced", "skipped"]
+GONE = "the client went away"  # a call's error when its client left: no failure of the upstream
 
 
 @dataclass
@@ -192,9 +193,11 @@ class Ledger:
             "completion_tokens": completion.completion_tokens if completion else None,
             "latency_ms": latency_ms,
         }
+        failure = None if not _failed(outcome) else (error or f"the upstream answered {status}")
+        self._fleet.turns.relay_ended(call.owner_id, failure)
         if call.storing is None:
             # A task wrote nothing, so no turn waits for it: it is logged now.
-            log.info(
+            (log.warning if _failed(outcome) else log.info)(
                 "relay.finished", owner_id=call.owner_id, kind="task", task=call.task, **outcome
             )
             return
@@ -223,7 +226,7 @@ class Ledger:
         kept: Kept | None = None
         if reply is not None:
             kept = await self._keep_reply(call, reply) if stored else "skipped"
-        log.info(
+        (log.warning if _failed(outcome) else log.info)(
             "relay.finished",
             owner_id=call.owner_id,
             kind="turn",
@@ -257,3 +260,13 @@ class Ledger:
             log.warning("relay.reply_not_stored", owner_id=call.owner_id, error=str(exc))
             return "skipped"
         return "appended"
+
+
+def _failed(outcome: dict[str, Any]) -> bool:
+    """Whether the upstream failed a call: unreachable, late, broke off, or a server error.
+
+    Such a call is the owner's chat failing: its line is a warning, so it
+    stands out of the log.
+    """
+    status, error = outcome.get("status"), outcome.get("error")
+    return status is None or status >= 500 or error not in (None, GONE)

@@ -41,7 +41,7 @@ from starlette.responses import Response
 from backthink.api.access import Access
 from backthink.api.bodies import read_json_body, whole_number
 from backthink.api.headers import ids_of
-from backthink.api.ledger import Call, Ledger, Usage
+from backthink.api.ledger import GONE, Call, Ledger, Usage
 from backthink.api.metering import UsageFilter, ask_usage
 from backthink.api.parallel import client_message_id, notice, tools_called, with_notice
 from backthink.api.placing import with_pushes
@@ -53,12 +53,12 @@ from backthink.config import Settings
 from backthink.host.fleet import Fleet
 from backthink.host.turns import RelayTurn
 from backthink.models import Language
+from backthink.redact import redact_url
 
 log = structlog.get_logger(__name__)
 
 CONNECT_TIMEOUT_S = 10.0  # seconds to reach the upstream
 ANSWER_MAX_BYTES = 64 * 1024 * 1024  # a non-streamed answer larger than this is not passed on
-GONE = "the client went away"
 # An upstream that answers one of these naming the option lacks `stream_options`.
 USAGE_REFUSED = frozenset({400, 422})
 USAGE_WORDS = (b"stream_options", b"include_usage")
@@ -91,6 +91,7 @@ class Relay:
         self._whole_s = model.timeout_s  # seconds an answer read whole may take, all of it
         base = settings.relay.upstream or model.base_url
         self._base = base.rstrip("/") if base else None
+        self._where = redact_url(self._base or "")
         key = settings.relay.secret
         if key is None and model.api_key is not None:
             key = model.api_key.get_secret_value() or None
@@ -152,7 +153,7 @@ class Relay:
                 answer = await self._client.send(upstream, stream=True)
                 content = await self._read(answer)
         except (httpx2.HTTPError, TimeoutError) as exc:
-            return error_response(*_failure(exc), "openai")
+            return error_response(*_failure(exc, self._where), "openai")
         except _TooLarge:
             return error_response(502, self._too_large, "openai")
         return Response(
@@ -233,7 +234,7 @@ class Relay:
                         log.info("relay.usage_refused", status=answer.status_code)
                         answer = await self._send(url, plain)
         except (httpx2.HTTPError, TimeoutError) as exc:
-            status, message = _failure(exc)
+            status, message = _failure(exc, self._where)
             self.ledger.finish(call, None, status=None, stream=stream, error=message)
             return error_response(status, message, "openai")
         except _TooLarge:
@@ -258,7 +259,7 @@ class Relay:
                 async with asyncio.timeout_at(deadline):
                     content = await self._read(answer)
         except (httpx2.HTTPError, TimeoutError) as exc:
-            status, message = _failure(exc)
+            status, message = _failure(exc, self._where)
             self.ledger.finish(call, None, status=None, stream=stream, error=message)
             return error_response(status, message, "openai")
         except _TooLarge:
@@ -335,7 +336,7 @@ class Relay:
             if usage is not None and (rest := usage.finish()):
                 yield rest
         except httpx2.HTTPError as exc:
-            status, error = _failure(exc)
+            status, error = _failure(exc, self._where)
             yield _error_event(status, error)
         except _Stopping:
             status, error = 503, "the companion is restarting: send the message again"
@@ -380,11 +381,15 @@ def _encoded(body: dict[str, Any]) -> bytes:
     return json.dumps(body, ensure_ascii=False).encode()
 
 
-def _failure(exc: httpx2.HTTPError | TimeoutError) -> tuple[int, str]:
-    """The status and words for an upstream that could not be reached, broke off or was late."""
+def _failure(exc: httpx2.HTTPError | TimeoutError, where: str) -> tuple[int, str]:
+    """The status and words for an upstream that could not be reached, broke off or was late.
+
+    `where` names the upstream (its address, without credentials), so an owner
+    who set a wrong URL sees which one is wrong.
+    """
     if isinstance(exc, httpx2.TimeoutException | TimeoutError):
-        return 504, "the upstream did not answer in time"
-    return 502, f"the upstream cannot be reached or broke off ({type(exc).__name__})"
+        return 504, f"the upstream {where} did not answer in time"
+    return 502, f"the upstream {where} cannot be reached or broke off ({type(exc).__name__})"
 
 
 def _error_event(status: int, message: str) -> bytes:

@@ -160,7 +160,8 @@ class Daemon:
         watched = audience.present(owner_id, self._fleet.clock.now()) if audience else None
         health = app.dispatcher.health() if app is not None else {}
         turns = self._fleet.turns.in_flight(owner_id).to_json()
-        return LiveStatus(at, health, watched, turns)
+        relay = self._fleet.turns.relay_summary(owner_id) if self._settings.api.listen else {}
+        return LiveStatus(at, health, watched, turns, relay)
 
     async def _job(self, owner_id: str, trigger: str) -> None:
         """A scheduled round; one that cannot start is logged and recorded, never dropped."""

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+LAST_ERROR_CHARS = 300  # characters of the relay's last failure shown at most
+
 
 @dataclass(frozen=True)
 class LiveStatus:
@@ -19,6 +21,8 @@ class LiveStatus:
     """Whether a client of the owner watches its session through the API (None: no API)."""
     turns: dict[str, int] = field(default_factory=dict)
     """The owner's turns in flight in the daemon: `{"rounds": N, "relay": N}`."""
+    relay: dict[str, Any] = field(default_factory=dict)
+    """The owner's relay calls since the daemon started: `{"calls", "failed", "last_error"}`."""
 
     def to_json(self) -> dict[str, Any]:
         """The object the daemon's socket answers with; times ISO 8601 in UTC."""
@@ -31,6 +35,8 @@ class LiveStatus:
             found["watched"] = self.watched
         if self.turns:
             found["turns"] = dict(self.turns)
+        if self.relay:
+            found["relay"] = dict(self.relay)
         return found
 
     @classmethod
@@ -42,6 +48,7 @@ class LiveStatus:
             _health(value.get("channels")),
             watched if isinstance(watched, bool) else None,
             _counts(value.get("turns")),
+            _relay(value.get("relay")),
         )
 
 
@@ -62,6 +69,17 @@ def _counts(value: object) -> dict[str, int]:
         return {}
     found = {k: value.get(k) for k in ("rounds", "relay")}
     return {k: v for k, v in found.items() if type(v) is int and 0 <= v < 1_000_000}
+
+
+def _relay(value: object) -> dict[str, Any]:
+    """The daemon's relay figures: two small whole numbers and the last failure's words."""
+    if not isinstance(value, Mapping):
+        return {}
+    counts = {k: value.get(k) for k in ("calls", "failed")}
+    if not all(type(v) is int and 0 <= v < 10**12 for v in counts.values()):
+        return {}
+    last = value.get("last_error")
+    return {**counts, "last_error": last[:LAST_ERROR_CHARS] if isinstance(last, str) else None}
 
 
 def _aware_time(value: object) -> datetime | None:

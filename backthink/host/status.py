@@ -96,6 +96,8 @@ class Status:
     unwatched: tuple[str, ...] = ()
     """Session channels that are down only because no client watches them (the API is on)."""
     turns: InFlight = field(default_factory=InFlight)
+    relay: dict[str, Any] = field(default_factory=dict)
+    """The running daemon's relay calls of the owner (empty: no API, or no daemon)."""
     unheard: bool = False
     """Pushes have nowhere to go: no channel but the session's, and no client watches it."""
 
@@ -160,6 +162,8 @@ class Status:
             ("disk", self.disk.describe()),
             ("turns", _turns(self.turns)),
         ]
+        if self.relay:
+            rows.append(("relay", _relay(self.relay)))
         if self.unheard:
             rows.append(("pushes", UNHEARD))
         width = max(len(label) for label, _ in rows)
@@ -337,6 +341,7 @@ async def owner_status(
         unwatched=unwatched,
         turns=turns,
         unheard=unheard,
+        relay=dict(live.relay) if live is not None else {},
     )
 
 
@@ -363,6 +368,13 @@ async def gather(settings: Settings, owner_id: str, *, at: datetime) -> Status:
             model=model,
             round_elsewhere=await round_running(store.db.engine, owner_id),
         )
+
+
+def _relay(relay: dict[str, Any]) -> str:
+    """The relay's line: its calls since the daemon started, and the last failure's words."""
+    calls, failed, last = relay.get("calls", 0), relay.get("failed", 0), relay.get("last_error")
+    line = f"{calls} call{'' if calls == 1 else 's'} since the daemon started, {failed} failed"
+    return f"{line}; the last: {last}" if failed and last else line
 
 
 def _turns(turns: InFlight) -> str:

@@ -27,10 +27,12 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from backthink.store.turn_locks import RoundLocks
 
 MAX_TOOLS = 8  # tool names kept per relay turn (the first ones)
+LAST_ERROR_CHARS = 300  # characters of a relay call's last failure kept for status
 MAX_NAME_CHARS = 64  # a tool name longer than this is no name: it is not kept
 
 
@@ -147,6 +149,8 @@ class LiveTurns:
         self._locks = locks
         self._owners: dict[str, _Owner] = {}
         self._numbers = itertools.count(1)
+        # Per owner: relay calls ended, how many failed, and the last failure's words.
+        self._relay_ends: dict[str, tuple[int, int, str | None]] = {}
 
     @asynccontextmanager
     async def round(self, owner_id: str) -> AsyncIterator[_RoundHold | None]:
@@ -173,6 +177,19 @@ class LiveTurns:
             finally:
                 owner.round = None
                 self._forget(owner_id, owner)
+
+    def relay_ended(self, owner_id: str, error: str | None) -> None:
+        """Count a relay call of the owner that ended; `error` says why it failed, if it did."""
+        calls, failed, last = self._relay_ends.get(owner_id, (0, 0, None))
+        if error is None:
+            self._relay_ends[owner_id] = (calls + 1, failed, last)
+        else:
+            self._relay_ends[owner_id] = (calls + 1, failed + 1, error[:LAST_ERROR_CHARS])
+
+    def relay_summary(self, owner_id: str) -> dict[str, Any]:
+        """The owner's relay calls since the process began: how many, how many failed, why."""
+        calls, failed, last = self._relay_ends.get(owner_id, (0, 0, None))
+        return {"calls": calls, "failed": failed, "last_error": last}
 
     def relay(self, owner_id: str, client_id: str | None) -> RelayTurn:
         """Register a relay turn as it arrives; it sees the others in flight (`alongside`)."""
