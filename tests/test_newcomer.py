@@ -257,3 +257,15 @@ async def test_a_dead_upstream_is_named_and_its_call_logged_as_a_warning(
         relay=live.relay,
     ).render(ZoneInfo("UTC"))
     assert f"relay       1 call since the daemon started, 1 failed; the last: {message}" in shown
+
+
+async def test_an_unknown_query_parameter_is_refused_as_an_unknown_body_key_is(
+    tmp_path: Path, fake: FakeOpenAI
+) -> None:
+    """GET /v1/messages?limt=5 is a 400 naming the parameter, not a page of 50."""
+    async with open_rig(tmp_path, fake) as rig, rig.client() as c:
+        typo = await c.get("/v1/messages", params={"limt": "5"})
+        fine = await c.get("/v1/messages", params={"limit": "5", "all": "1"})
+    assert typo.status_code == 400
+    assert typo.json()["error"].startswith("'limt': unknown query parameter")
+    assert fine.status_code == 200

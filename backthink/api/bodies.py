@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -239,3 +239,16 @@ def _name(place: _Place | None, root: str) -> str:
         else:
             name += f"[{json.dumps(key[:NAME_CHARS])}]"
     return name or "body"
+
+
+def only_params(query: Mapping[str, str], known: Collection[str]) -> None:
+    """Refuse a query parameter the route does not read, as an unknown body key is refused.
+
+    Raises:
+        Refusal: 400 naming the first unknown parameter (cut short, shown as text).
+    """
+    for name in query:
+        if name not in known:
+            shown = name[:40]
+            listed = ", ".join(sorted(known)) or "none"
+            raise Refusal(400, f"{shown!r}: unknown query parameter (this route reads {listed})")

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from backthink.api.access import Access
-from backthink.api.bodies import number_param, read_json
+from backthink.api.bodies import number_param, only_params, read_json
 from backthink.api.incoming import incoming
 from backthink.api.pages import Page
 from backthink.api.refusals import Refusal
@@ -32,6 +32,7 @@ from backthink.models import Message, SessionEntry
 
 PAGE_DEFAULT = 50  # messages a page holds when the request does not say
 PAGE_MAX = 1000  # messages a page holds at most
+PAGE_PARAMS = frozenset({"after", "limit", "all"})  # what GET /v1/messages reads of its query
 POST_MAX = 1000  # messages one POST may carry
 CLIENT_ID_CHARS = 200  # characters of a chat app's message id, at most
 
@@ -88,6 +89,7 @@ class SessionRoutes:
         """
         owner_id = await self._access.owner(request)
         query = request.query_params
+        only_params(query, PAGE_PARAMS)
         limit = number_param(
             query.get("limit"), "limit", default=PAGE_DEFAULT, low=0, high=PAGE_MAX
         )
