@@ -602,3 +602,41 @@ def fresh_dir(path: Path) -> Path:
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True)
     return path
+
+
+@dataclass(frozen=True)
+class ApiDaemon:
+    """A running `backthink run` with its API on: the owner's token, the process, its log."""
+
+    token: str
+    proc: subprocess.Popen[str]
+    log: LineReader
+    url: str
+    """The API's base URL, as `api.ready` gave it (ends with a slash)."""
+
+
+@contextlib.contextmanager
+def api_daemon(cli: Sequence[str], *, cwd: Path, env: dict[str, str]) -> Iterator[ApiDaemon]:
+    """Make the owner `owner` a token, start the daemon, and wait for its API; stop it after.
+
+    `cli` is the command line up to the subcommand (`backthink --config FILE`).
+    """
+    token = subprocess.run(
+        [*cli, "owners", "token", "owner"],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=READY_TIMEOUT_S,
+    ).stdout.strip()
+    proc = subprocess.Popen(
+        [*cli, "run"], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        log = LineReader(proc.stdout, keep=False)
+        ready = log.wait_for(lambda line: '"api.ready"' in line, READY_TIMEOUT_S)
+        yield ApiDaemon(token, proc, log, json.loads(ready)["url"])
+    finally:
+        stop_process(proc)

@@ -23,11 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import random
 import socket
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -37,11 +35,10 @@ from pathlib import Path
 import httpx2
 from common import (
     BENCH_VAR,
-    READY_TIMEOUT_S,
     ROOT,
     FakeServerProcess,
     Figure,
-    LineReader,
+    api_daemon,
     clean_environ,
     exit_on_sigterm,
     fresh_dir,
@@ -49,7 +46,6 @@ from common import (
     print_figures,
     rss_kb,
     settings_doc,
-    stop_process,
     toml_config,
     write_figures,
     write_state_file,
@@ -252,31 +248,13 @@ def run(*, quick: bool) -> list[Figure]:
     ) as fake:
         config = _config(work, fake.base_url)
         cli = [sys.executable, "-m", "backthink", "--config", str(config)]
-        token = subprocess.run(
-            [*cli, "owners", "token", "owner"],
-            env=env,
-            cwd=work,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=READY_TIMEOUT_S,
-        ).stdout.strip()
-        proc = subprocess.Popen(
-            [*cli, "run"],
-            cwd=work,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        try:
-            assert proc.stdout is not None
-            log = LineReader(proc.stdout, keep=False)
-            ready = log.wait_for(lambda line: '"api.ready"' in line, READY_TIMEOUT_S)
-            base = json.loads(ready)["url"]
-            port = int(base.rstrip("/").rsplit(":", 1)[1])
+        with api_daemon(cli, cwd=work, env=env) as daemon:
+            token, pid = daemon.token, daemon.proc.pid
+            port = int(daemon.url.rstrip("/").rsplit(":", 1)[1])
             with httpx2.Client(
-                base_url=base, timeout=HTTP_TIMEOUT_S, headers={"authorization": f"Bearer {token}"}
+                base_url=daemon.url,
+                timeout=HTTP_TIMEOUT_S,
+                headers={"authorization": f"Bearer {token}"},
             ) as client:
                 _seed(client)
                 # One page read whole first: what serving a page always costs is in the baseline.
@@ -284,11 +262,9 @@ def run(*, quick: bool) -> list[Figure]:
                 page.raise_for_status()
                 page_mib = len(page.content) / 2**20
                 del page
-            baseline = _settled(proc.pid, highest=False)
-            peak, after = _unread_pages(port, token, pages, proc.pid)
+            baseline = _settled(pid, highest=False)
+            peak, after = _unread_pages(port, token, pages, pid)
             times, statuses, seen = asyncio.run(_slow_bodies(port, token, plain_for_s))
-        finally:
-            stop_process(proc)
     growth = (peak - baseline) / 1024
     left = (after - baseline) / 1024
     worst = max(times)

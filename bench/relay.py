@@ -11,8 +11,6 @@ load hits both alike. The figure is median(relayed) - median(direct).
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -22,11 +20,10 @@ from statistics import median
 import httpx2
 from common import (
     BENCH_VAR,
-    READY_TIMEOUT_S,
     VENV_BIN,
     FakeServerProcess,
     Figure,
-    LineReader,
+    api_daemon,
     clean_environ,
     exit_on_sigterm,
     fresh_dir,
@@ -34,7 +31,6 @@ from common import (
     percentile,
     print_figures,
     settings_doc,
-    stop_process,
     toml_config,
     write_figures,
     write_state_file,
@@ -77,32 +73,10 @@ def run(*, quick: bool) -> list[Figure]:
     with FakeServerProcess(reply=REPLY, log=BENCH_VAR / "logs" / "fake-relay.log") as fake:
         config = _config(work, fake.base_url)
         cli = [str(VENV_BIN / "backthink"), "--config", str(config)]
-        token = subprocess.run(
-            [*cli, "owners", "token", "owner"],
-            env=env,
-            cwd=work,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=READY_TIMEOUT_S,
-        ).stdout.strip()
-        proc = subprocess.Popen(
-            [*cli, "run"],
-            cwd=work,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        try:
-            assert proc.stdout is not None
-            log = LineReader(proc.stdout, keep=False)
-            ready = log.wait_for(lambda line: '"api.ready"' in line, READY_TIMEOUT_S)
-            relay_url = json.loads(ready)["url"] + "v1/chat/completions"
+        with api_daemon(cli, cwd=work, env=env) as daemon:
+            relay_url = daemon.url + "v1/chat/completions"
             direct_url = fake.base_url + "/chat/completions"
-            direct, relayed = _measure(direct_url, relay_url, token, calls)
-        finally:
-            stop_process(proc)
+            direct, relayed = _measure(direct_url, relay_url, daemon.token, calls)
     added = median(relayed) - median(direct)
     return [
         Figure(GROUP, "direct call, median", f"{median(direct):.2f} ms", "", None),
