@@ -4,9 +4,11 @@ A term is the stem of a latin word (letters and digits) of at least
 `MIN_WORD_CHARS` that is no function word (`STOPWORDS`), matched where a
 word of a text begins with it, or a CJK 2-gram, matched anywhere. The
 words index (`index_text`, see `backthink.store.fulltext`) holds exactly
-these. Raw text is never handed to MATCH: each term is quoted. Terms and
-shingles of a text are memoised: a round's window repeats most of the
-previous round's messages.
+these. A phrase (`phrase`: index tokens joined by spaces, a clause of a
+text) is a term too: the index finds it where its tokens stand one after
+the other, and so does `holds`. Raw text is never handed to MATCH: each
+term is quoted. Terms, tokens and shingles of a text are memoised: a
+round's window repeats most of the previous round's messages.
 """
 
 from __future__ import annotations
@@ -95,8 +97,55 @@ def cached_terms(text: str) -> tuple[str, ...]:
 
 
 def is_word(term: str) -> bool:
-    """Whether a term is a latin word (not a CJK 2-gram)."""
-    return CJK_RUN.search(term) is None
+    """Whether a term is a latin word (not a CJK 2-gram, nor a phrase)."""
+    return CJK_RUN.search(term) is None and " " not in term
+
+
+def is_phrase(term: str) -> bool:
+    """Whether a term is a phrase: several index tokens, found one after the other."""
+    return " " in term
+
+
+@lru_cache(maxsize=MEMO_TEXTS)
+def tokens(text: str) -> tuple[str, ...]:
+    """The words index's tokens of a text, lowercased: latin words whole, CJK runs as 2-grams."""
+    return tuple(index_text(text).lower().split())
+
+
+@lru_cache(maxsize=MEMO_TEXTS)
+def stems(text: str) -> tuple[str, ...]:
+    """`tokens`, each latin word cut to its stem (`stem`): how two texts are compared word by word."""
+    return tuple(stem(t) if is_word(t) else t for t in tokens(text))
+
+
+_INSIDE_A_WORD = " \t'’-"
+"""What may stand between two words of one clause: spaces, and what joins a word (it's, e-mail)."""
+
+
+@lru_cache(maxsize=MEMO_TEXTS)
+def clauses(text: str) -> tuple[str, ...]:
+    """The clauses of a text as phrases: its runs of tokens between punctuation, one script each.
+
+    A clause ends where anything but spaces (or an apostrophe, a hyphen)
+    stands between two words (a comma, a full stop, an emoji) and where latin words meet CJK ones: the
+    words index of PostgreSQL keeps the two apart, so no phrase spans both.
+    """
+    found: list[str] = []
+    run: list[str] = []
+    last_end = 0
+    last_cjk: bool | None = None
+    for match in _TOKEN.finditer(text):
+        cjk = CJK_RUN.match(match.group()) is not None
+        gap = text[last_end : match.start()]
+        if run and (gap.strip(_INSIDE_A_WORD) or cjk != last_cjk):
+            found.append(" ".join(run))
+            run = []
+        word = match.group().lower()
+        run += [word[i : i + 2] for i in range(len(word) - 1)] if cjk else [word]
+        last_end, last_cjk = match.end(), cjk
+    if run:
+        found.append(" ".join(run))
+    return tuple(found)
 
 
 def index_text(text: str) -> str:
@@ -140,14 +189,18 @@ def words_query(terms: Iterable[str]) -> str:
 
 
 def term_query(term: str) -> str:
-    """One term's MATCH expression on the words index (see `words_query`)."""
+    """One term's MATCH expression on the words index (see `words_query`).
+
+    A phrase is one quoted string: FTS5 splits it into its tokens and finds
+    them one after the other.
+    """
     return quote(term) + ("*" if is_word(term) else "")
 
 
 def inside(texts: Iterable[str], terms: Collection[str]) -> Counter[str]:
     """How many of the texts hold each term (the terms no text holds are absent)."""
     counts: Counter[str] = Counter()
-    words = [t for t in terms if is_word(t)]
+    words = [t for t in terms if is_word(t) or is_phrase(t)]
     for text in texts:
         counts.update(t for t in cached_terms(text) if t in terms and not is_word(t))
         if words:
@@ -167,7 +220,9 @@ def contains(text: str, term: str) -> bool:
 
 
 def holds(low: str, term: str) -> bool:
-    """Whether a lowercased text holds a term (see `contains`)."""
+    """Whether a lowercased text holds a term (see `contains`); a phrase as its tokens in a row."""
+    if is_phrase(term):
+        return f" {term} " in _in_a_row(low)
     at = low.find(term)
     if at < 0 or not is_word(term):
         return at >= 0
@@ -191,6 +246,11 @@ def named(text: str, term: str) -> bool:
                 return True
         at = low.find(term, at + 1)
     return False
+
+
+@lru_cache(maxsize=MEMO_TEXTS)
+def _in_a_row(low: str) -> str:
+    return " " + " ".join(tokens(low)) + " "
 
 
 @lru_cache(maxsize=MEMO_TEXTS)
