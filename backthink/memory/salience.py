@@ -11,7 +11,7 @@ apart without knowing any language's words:
   (`repeated`): a line the owner repeats, or that is made of the same
   pieces as many others, says nothing new; a fact is said once.
 
-Each gives a factor the recall score is multiplied by (`factor`).
+Each gives a factor the recall score is multiplied by (`factor`, `repeat_factor`).
 """
 
 from __future__ import annotations
@@ -39,13 +39,14 @@ def surface(text: str) -> int:
     return sum(len(pattern.findall(text)) for pattern in (_DIGITS, _CJK_NUMBER, _NAME))
 
 
-def factor(text: str, *, unique: float = 1.0) -> float:
-    """The salience factor of a recalled text: above 1 for facts, below for repeated lines.
+def factor(text: str) -> float:
+    """A recalled text's surface factor: 1 for none, up to 1 + `SURFACE` for numbers and names."""
+    return 1 + SURFACE * min(surface(text), SURFACE_ENOUGH) / SURFACE_ENOUGH
 
-    Args:
-        text: the recalled text.
-        unique: the share (0 to 1) of its matched clauses said nowhere else
-            (`backthink.memory.phrases.unique_share`).
+
+def repeat_factor(unique: float) -> float:
+    """The factor of a text whose matched clauses are `unique` (a share, 0 to 1) said once.
+
+    1 when every one is said only there; 1 - `REPEATED` when all are said elsewhere too.
     """
-    shown = min(surface(text), SURFACE_ENOUGH) / SURFACE_ENOUGH
-    return (1 + SURFACE * shown) * (1 - REPEATED + REPEATED * unique)
+    return 1 - REPEATED + REPEATED * unique

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import TextualSelect, text
 from sqlalchemy.engine import Connection
 
-from backthink.memory import recall
+from backthink.memory import phrases, recall
 from backthink.models import MAIN_SESSION, MemoryKind, Message, Recalled
 from backthink.store import fulltext
 from backthink.store.columns import UTCDateTime
@@ -176,6 +176,26 @@ def _counted(conn: Connection, counts: dict[str, Counts], terms: Collection[str]
     return {t: df[t] + on_messages[t] for t in terms}
 
 
+def _outside(
+    conn: Connection, counts: dict[str, Counts], terms: Collection[str], indexed: Sequence[str]
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Each term's document count among memories, and among messages less the `indexed` window."""
+    on_memories = counts["memory"].read(conn, terms)
+    df_memory = {t: on_memories[t] for t in terms}
+    on_messages = counts["message"].read(conn, terms)
+    shown = recall.inside(indexed, terms)
+    # A count past DF_CAP is only a lower bound: it stays past the cap.
+    df_message = {
+        t: n if n > recall.DF_CAP else max(n - shown[t], 0)
+        for t, n in ((t, on_messages[t]) for t in terms)
+    }
+    return df_memory, df_message
+
+
+def _sum(first: dict[str, int], second: dict[str, int]) -> dict[str, int]:
+    return {t: n + second[t] for t, n in first.items()}
+
+
 def recall_once(
     conn: Connection,
     counts: dict[str, Counts],
@@ -192,23 +212,19 @@ def recall_once(
     memory_counts, message_counts = counts["memory"], counts["message"]
     memory_counts.sync(conn, cursors["memory"])
     message_counts.sync(conn, cursors["message"])
-    df_memory = memory_counts.read(conn, recent)
-    df_all_messages = message_counts.read(conn, recent)
-    # The window's own messages are in the index (once caught up): take them out
-    # of the counts, so a term only the window holds weighs nothing.
+    # The window's own messages are in the index (once caught up): they are taken
+    # out of the counts, so a term only the window holds weighs nothing.
     indexed = [m.text for m in window if m.id is not None and m.id <= cursors["message"]]
-    shown = recall.inside(indexed, recent)
-    # A count past DF_CAP is only a lower bound: it stays past the cap.
-    df_message = {
-        t: n if n > recall.DF_CAP else max(n - shown[t], 0)
-        for t, n in ((t, df_all_messages[t]) for t in recent)
-    }
-    df = {t: df_memory[t] + df_message[t] for t in recent}
     documents = max(cursors["memory"] + below(cursors["message"], before), 1)
+    df_memory, df_message = _outside(conn, counts, recent, indexed)
+    df = {t: df_memory[t] + df_message[t] for t in recent}
+    asked = phrases.window_phrases(recall.window_texts(window), df, recall.df_cap(documents))
+    stock = phrases.stock(_sum(*_outside(conn, counts, asked, indexed)))
+    if stock:
+        recent = recall.recency(window, stock)
     weights = recall.weigh(recent, df, documents, window)
     memory_terms = recall.best(weights, df_memory)
     message_terms = recall.best(weights, df_message) if before is not None else []
-    queried = {t: weights[t] for t in weights if t in memory_terms or t in message_terms}
     found: builtins.list[recall.Candidate] = []
     if memory_terms:
         rows = conn.execute(
@@ -241,11 +257,19 @@ def recall_once(
             recall.Candidate("message", i, body, at, role=role, origin=origin)
             for i, body, at, role, origin in rows
         ]
-    scored = recall.rank(found, queried, window, specific=recall.rare(df, documents))
+    scored = recall.rank(
+        found, weights, window, df=df, documents=documents,
+        specific=recall.rare(df, documents), stock=stock,
+    )  # fmt: skip
+    repeats = recall.repeats_asked(scored, weights)
+    if repeats:
+        scored = recall.rerank(scored, weights, _sum(*_outside(conn, counts, repeats, indexed)))
+    else:
+        scored = scored[: recall.RECHECKED]
     if before is not None:
         near = neighbours(conn, recall.anchors(scored), before=before)
-        stock = recall.stock(_counted(conn, counts, recall.shared(scored, near)), documents)
-        scored = recall.with_neighbours(scored, near, stock)
+        common = recall.stock(_counted(conn, counts, recall.shared(scored, near)), documents)
+        scored = recall.with_neighbours(scored, near, common)
         found += [c for side in near.values() for c in side]
     items = recall.fill(scored, window, limit=limit, max_chars=max_chars)
     texts = {(c.kind, c.id): c.text for c in found}
