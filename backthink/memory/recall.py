@@ -104,6 +104,9 @@ SIMILAR = 0.5
 """Trigram Jaccard similarity at which two texts count as the same thing said twice."""
 ITEM_CHARS = 600
 """One recalled text is cut past this many characters."""
+FEWEST = 1
+"""A term in fewer documents than this weighs as if in this many: one row alone is no proof."""
+RARITY_TO_CAP = True
 KEEP_SHARE = 0.6
 """A recalled item scores at least this share of the best one's: what falls far behind is filler."""
 RECHECKED = 16
@@ -275,7 +278,8 @@ def rank(
             _said(window, stock), [stems(t) for t in reversed(window_texts(window))], strict=True
         )
     ]
-    rarity = {t: math.log((documents + 1) / max(df.get(t, 1), 1)) for t in weights}
+    top = (df_cap(documents) + 1) if RARITY_TO_CAP else (documents + 1)
+    rarity = {t: math.log(top / max(df.get(t, 1), FEWEST)) for t in weights}
     for candidate in candidates:
         if (candidate.kind, candidate.id) in seen:
             continue
