@@ -107,6 +107,7 @@ ITEM_CHARS = 600
 FEWEST = 1
 """A term in fewer documents than this weighs as if in this many: one row alone is no proof."""
 RARITY_TO_CAP = True
+RUN_REST = 0.5
 KEEP_SHARE = 0.6
 """A recalled item scores at least this share of the best one's: what falls far behind is filler."""
 RECHECKED = 16
@@ -314,7 +315,9 @@ def _runs_weight(runs: Sequence[phrases.Run], shared: Sequence[str], rarity: Map
     for run in runs:
         parts = [t for t in run if t in left]
         if parts:
-            total += max(rarity[t] for t in parts)
+            values = [rarity[t] for t in parts]
+            rest = RUN_REST if is_word(parts[0]) else 0.0
+            total += max(values) + rest * (sum(values) - max(values))
             left.difference_update(parts)
     # A latin stem matched as a prefix (paint in painter) is in no run: it counts alone.
     return total + sum(rarity[t] for t in left)
