@@ -43,7 +43,7 @@ STOPWORDS = frozenset(
     which while who whom whose why will with would you your yours yourself yourselves
     and are but can for her him his all any may one the was who yes not get got
     january february march april may june july august september october november december
-    monday tuesday wednesday thursday friday saturday sunday today tomorrow yesterday
+    today tomorrow yesterday
     don doesn didn isn aren wasn weren won couldn wouldn shouldn haven hasn hadn ain
     """.split()
 )
