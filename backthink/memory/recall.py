@@ -7,8 +7,8 @@ strong, new matches, facts before chatter:
    stems matched as a word's start, CJK 2-grams), less those only the
    message's stock phrases hold: a clause said `phrases.STOCK_SAID` times
    before (`phrases.window_phrases`, counted as the index counts a word).
-2. A term weighs its recency (`RECENCY_DECAY` per message of age, less in
-   the companion's words) times its rarity, log(N / df), counted outside the
+2. A term weighs its recency (per message of age, as the window is read:
+   `reading`, an owner's question or chatter; less in the companion's words) times its rarity, log(N / df), counted outside the
    window: a term only the window holds (df 0), or in more documents than
    `df_cap`, weighs nothing, nor one made where two stock phrases meet
    (`stock_joints`). Each index is queried with the best `TERMS` terms
@@ -22,7 +22,7 @@ strong, new matches, facts before chatter:
 4. The neighbours of the best matched messages come along as their context
    (`context.with_neighbours`).
 5. What repeats the window or a kept item is dropped, and what scores under
-   `KEEP_SHARE` of the best; the rest fills `max_chars`, best first (`fill`).
+   the `reading`'s share of the best; the rest fills `max_chars` (`fill`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from backthink.memory import phrases, salience
+from backthink.memory import phrases, reading, salience
 from backthink.memory.context import NEIGHBOUR_SHARE as NEIGHBOUR_SHARE
 from backthink.memory.context import NEIGHBOURS as NEIGHBOURS
 from backthink.memory.context import Candidate as Candidate
@@ -69,12 +69,14 @@ from backthink.models import MemoryKind, Message, Origin, Recalled
 
 WINDOW_MESSAGES = 20
 """How many of the newest window messages the terms come from: a topic may be ten messages back."""
-RECENCY_DECAY = 0.97
-"""A term's weight is multiplied by this per message of age."""
+RECENCY_DECAY = reading.CHAT.decay
+"""A term's weight is multiplied by this per message of age (see `reading`)."""
 COMPANION = 0.7
 """A term the companion said (and the owner not) weighs this much of the owner's."""
 TERMS = 32
 """How many terms a recall queries with at most..."""
+QUERY_SHARE = 0.1
+"""...leaving out those weighing less than this share of the heaviest (older than a question)..."""
 QUERY_ROWS = 8000
 """...while their document counts add up to no more than this many rows an index reads."""
 DF_CAP = 1000
@@ -93,11 +95,6 @@ RARE_FLOOR = 3
 """...as is one in this many documents or fewer, in a history of any size..."""
 RARE_CHARS = 4
 """...if it is this long at least (a shorter word is often part of a longer one), or a name."""
-LENGTH_NORM = 0.0
-"""How much a row's length divides its score (0: not at all), as BM25's b does.
-
-None: a fact is often said in passing, inside a long message; what the
-length would tell, the salience of the row tells better."""
 TYPICAL_CHARS = 100
 """The length at which a row's score is neither raised nor lowered."""
 SIMILAR = 0.5
@@ -106,10 +103,7 @@ ITEM_CHARS = 600
 """One recalled text is cut past this many characters."""
 FEWEST = 1
 """A term in fewer documents than this weighs as if in this many: one row alone is no proof."""
-RARITY_TO_CAP = True
 RUN_REST = 0.5
-KEEP_SHARE = 0.6
-"""A recalled item scores at least this share of the best one's: what falls far behind is filler."""
 RECHECKED = 16
 """The best candidates whose matched clauses are counted (`repeats_asked`), the rest dropped."""
 
@@ -130,11 +124,17 @@ def recency(window: Sequence[Message], stock: Collection[str] = ()) -> dict[str,
 
 
 def _said(window: Sequence[Message], stock: Collection[str]) -> list[tuple[float, frozenset[str]]]:
-    """Each window message's weight and its terms out of stock phrases, the newest first."""
+    """Each window message's weight and its terms out of stock phrases, the newest first.
+
+    A message weighs its `reading`'s decay per message of age: the owner's
+    question far more than what came before it, chatter nearly the same
+    whatever its age (the topic may be ten messages back).
+    """
     newest = list(window)[-WINDOW_MESSAGES:]
+    decay = reading.reading(window).decay
     said: list[tuple[float, frozenset[str]]] = []
     for age, message in enumerate(reversed(newest)):
-        weight = RECENCY_DECAY**age * (COMPANION if message.role == "assistant" else 1.0)
+        weight = decay**age * (COMPANION if message.role == "assistant" else 1.0)
         said.append((weight, phrases.fresh_terms(message.text, stock)))
     return said
 
@@ -210,7 +210,10 @@ def best(weights: Mapping[str, float], df: Mapping[str, int], k: int = TERMS) ->
     """
     chosen: list[str] = []
     rows = 0
+    heaviest = max(weights.values(), default=0.0)
     for term in weights:
+        if weights[term] < heaviest * QUERY_SHARE:
+            break
         count = df.get(term, 0)
         if count > 0 and rows + count <= QUERY_ROWS:
             chosen.append(term)
@@ -279,7 +282,8 @@ def rank(
             _said(window, stock), [stems(t) for t in reversed(window_texts(window))], strict=True
         )
     ]
-    top = (df_cap(documents) + 1) if RARITY_TO_CAP else (documents + 1)
+    how = reading.reading(window)
+    top = (df_cap(documents) + 1) if how.rarity_from_cap else (documents + 1)
     rarity = {t: math.log(top / max(df.get(t, 1), FEWEST)) for t in weights}
     for candidate in candidates:
         if (candidate.kind, candidate.id) in seen:
@@ -302,8 +306,10 @@ def rank(
                 runs = phrases.shared_runs(own, stems(candidate.text))
                 score = max(score, weight * _runs_weight(runs, shared, rarity))
         if score > 0:
-            score /= 1 - LENGTH_NORM + LENGTH_NORM * len(candidate.text) / TYPICAL_CHARS
-            scored.append((score * salience.factor(candidate.text), candidate))
+            score /= 1 - how.length_norm + how.length_norm * len(candidate.text) / TYPICAL_CHARS
+            if how.surface:
+                score *= salience.factor(candidate.text)
+            scored.append((score, candidate))
     scored.sort(key=best_first)
     return scored
 
@@ -355,14 +361,16 @@ def fill(
 ) -> list[Recalled]:
     """De-duplicate and bound the scored candidates, the best first.
 
-    Only those scoring `KEEP_SHARE` of the best or more are kept: below that
-    the window's topic is found, and the rest shares words with it by chance.
+    Only those scoring the `reading`'s keep share of the best or more are
+    kept: in chatter, what falls far behind the best shares words with the
+    window by chance (an owner's question lets the budget decide).
     A candidate near-identical to a window message or to a better one
     already kept is dropped; texts are cut at `ITEM_CHARS` and the kept
     texts together stay within `max_chars` (one that no longer fits is
     passed over for a shorter one after it), at most `limit` of them.
     """
     shown = [shingles(message.text) for message in window]
+    share = reading.reading(window).keep_share
     kept: list[Recalled] = []
     used = 0
     floor = 0.0
@@ -377,7 +385,7 @@ def fill(
             continue
         shown.append(own)
         used += len(text)
-        floor = max(floor, score * KEEP_SHARE)
+        floor = max(floor, score * share)
         kept.append(
             Recalled(
                 kind=candidate.kind,

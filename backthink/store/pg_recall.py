@@ -35,7 +35,7 @@ from typing import Any
 from sqlalchemy import TextualSelect, text
 from sqlalchemy.engine import Connection
 
-from backthink.memory import recall, terms
+from backthink.memory import phrases, recall, terms
 from backthink.models import MAIN_SESSION, Memory, MemoryKind, Message, Recalled
 from backthink.store.columns import UTCDateTime
 from backthink.store.database import Database
@@ -110,11 +110,16 @@ class _PgCounts(TermCounts):
 def tsquery(term: str) -> str:
     """A term as a tsquery of the words index: a CJK 2-gram whole, a latin stem as a prefix.
 
-    A term is letters and digits only, so nothing in it is tsquery syntax; it
-    is quoted all the same.
+    A phrase is its tokens one after the other (<->). A token is letters and
+    digits only, so nothing in it is tsquery syntax; it is quoted all the same.
     """
-    quoted = "'" + term.replace("\\", "\\\\").replace("'", "''") + "'"
-    return quoted + (":*" if terms.is_word(term) else "")
+    if terms.is_phrase(term):
+        return " <-> ".join(_lexeme(token) for token in term.split(" "))
+    return _lexeme(term) + (":*" if terms.is_word(term) else "")
+
+
+def _lexeme(token: str) -> str:
+    return "'" + token.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 def _hits_sql(select: str, table: str, where: str, terms: int) -> str:
@@ -210,23 +215,31 @@ class PgRecall:
         memory_counts, message_counts = self._counts["memory"], self._counts["message"]
         memory_counts.sync(conn, top["memory"])
         message_counts.sync(conn, top["message"])
-        df_memory = memory_counts.read(conn, recent)
-        df_all_messages = message_counts.read(conn, recent)
         # Every stored window message is in the counts: take them out, so a term
         # only the window holds weighs nothing.
         counted = [m.text for m in window if m.id is not None and m.id <= message_counts.mark]
-        shown = recall.inside(counted, recent)
-        # A count past DF_CAP is only a lower bound: it stays past the cap.
-        df_message = {
-            t: n if n > recall.DF_CAP else max(n - shown[t], 0)
-            for t, n in ((t, df_all_messages[t]) for t in recent)
-        }
-        df = {t: df_memory[t] + df_message[t] for t in recent}
         below = top["message"] if before is None else min(top["message"], before - 1)
-        weights = recall.weigh(recent, df, max(top["memory"] + below, 1), window)
+        documents = max(top["memory"] + below, 1)
+
+        def outside(terms: Collection[str]) -> tuple[dict[str, int], dict[str, int]]:
+            on_memories = memory_counts.read(conn, terms)
+            on_messages = message_counts.read(conn, terms)
+            shown = recall.inside(counted, terms)
+            # A count past DF_CAP is only a lower bound: it stays past the cap.
+            return {t: on_memories[t] for t in terms}, {
+                t: n if n > recall.DF_CAP else max(n - shown[t], 0)
+                for t, n in ((t, on_messages[t]) for t in terms)
+            }
+
+        df_memory, df_message = outside(recent)
+        df = {t: df_memory[t] + df_message[t] for t in recent}
+        asked = phrases.window_phrases(recall.window_texts(window), df, recall.df_cap(documents))
+        stock = phrases.stock(_sum(*outside(asked)))
+        if stock:
+            recent = recall.recency(window, stock)
+        weights = recall.weigh(recent, df, documents, window)
         memory_terms = recall.best(weights, df_memory)
         message_terms = recall.best(weights, df_message) if before is not None else []
-        queried = {t: weights[t] for t in weights if t in memory_terms or t in message_terms}
         found: list[recall.Candidate] = []
         if memory_terms:
             sql = _hits_sql(
@@ -254,8 +267,12 @@ class PgRecall:
                 recall.Candidate("message", i, body, at, role=role, origin=origin)
                 for i, body, at, role, origin in conn.execute(_query(sql), params)
             ]
-        documents = max(top["memory"] + below, 1)
-        scored = recall.rank(found, queried, window, specific=recall.rare(df, documents))
+        scored = recall.rank(
+            found, weights, window, df=df, documents=documents,
+            specific=recall.rare(df, documents), stock=stock,
+        )  # fmt: skip
+        repeats = recall.repeats_asked(scored, weights)
+        scored = recall.rerank(scored, weights, _sum(*outside(repeats)))
         if before is not None:
             near = neighbours(conn, recall.anchors(scored), before=before)
             shared = recall.shared(scored, near)
@@ -265,3 +282,7 @@ class PgRecall:
             df_shared = {t: df_shared[t] + on_messages[t] for t in shared}
             scored = recall.with_neighbours(scored, near, recall.stock(df_shared, documents))
         return recall.fill(scored, window, limit=limit, max_chars=max_chars)
+
+
+def _sum(first: dict[str, int], second: dict[str, int]) -> dict[str, int]:
+    return {t: n + second[t] for t, n in first.items()}

@@ -262,10 +262,7 @@ def recall_once(
         specific=recall.rare(df, documents), stock=stock,
     )  # fmt: skip
     repeats = recall.repeats_asked(scored, weights)
-    if repeats:
-        scored = recall.rerank(scored, weights, _sum(*_outside(conn, counts, repeats, indexed)))
-    else:
-        scored = scored[: recall.RECHECKED]
+    scored = recall.rerank(scored, weights, _sum(*_outside(conn, counts, repeats, indexed)))
     if before is not None:
         near = neighbours(conn, recall.anchors(scored), before=before)
         common = recall.stock(_counted(conn, counts, recall.shared(scored, near)), documents)

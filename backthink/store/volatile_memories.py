@@ -14,7 +14,7 @@ from datetime import UTC
 from pydantic import ValidationError
 
 from backthink.errors import StoreError
-from backthink.memory import recall
+from backthink.memory import phrases, recall
 from backthink.memory.recall import Candidate
 from backthink.models import MAIN_SESSION, Memory, MemoryKind, Message, Recalled
 from backthink.store.failures import describe
@@ -114,20 +114,28 @@ class VolatileMemoryStore:
         ]
         window_ids = set(ids)
         older = [m for m in every_message if m.id not in window_ids]
-        df_memory = {t: sum(recall.indexed(m.text, t) for m in self._rows.values()) for t in recent}
-        df_message = {t: sum(recall.indexed(m.text, t) for m in older) for t in recent}
+        memories = builtins.list(self._rows.values())
+
+        def outside(terms: Collection[str]) -> tuple[dict[str, int], dict[str, int]]:
+            on_memories = {t: sum(recall.indexed(m.text, t) for m in memories) for t in terms}
+            return on_memories, {t: sum(recall.indexed(m.text, t) for m in older) for t in terms}
+
+        df_memory, df_message = outside(recent)
         df = {t: df_memory[t] + df_message[t] for t in recent}
         documents = self._max_id + (self._messages._max_id if self._messages else 0) - len(window)
-        weighed = recall.weigh(recent, df, documents, window)
+        asked = phrases.window_phrases(recall.window_texts(window), df, recall.df_cap(documents))
+        stock = phrases.stock(_sum(*outside(asked)))
+        if stock:
+            recent = recall.recency(window, stock)
+        weights = recall.weigh(recent, df, documents, window)
         # As the SQL store does: each side queried by its own best terms.
-        chosen = set(recall.best(weighed, df_memory)) | set(recall.best(weighed, df_message))
-        weights = {t: w for t, w in weighed.items() if t in chosen}
+        queried = set(recall.best(weights, df_memory)) | set(recall.best(weights, df_message))
         found = [
             recall.Candidate("memory", m.id or 0, m.text, m.created_at, m.kind)
-            for m in self._rows.values()
+            for m in memories
             if m.owner_id == owner_id
             and m.id not in exclude
-            and any(recall.contains(m.text, t) for t in weights)
+            and any(recall.contains(m.text, t) for t in queried)
         ]
         found += [
             recall.Candidate(
@@ -139,13 +147,19 @@ class VolatileMemoryStore:
             and not m.undelivered
             and before is not None
             and (m.id or 0) < before
-            and any(recall.contains(m.text, t) for t in weights)
+            and any(recall.contains(m.text, t) for t in queried)
         ]
-        scored = recall.rank(found, weights, window, specific=recall.rare(df, documents))
+        scored = recall.rank(
+            found, weights, window, df=df, documents=documents,
+            specific=recall.rare(df, documents), stock=stock,
+        )  # fmt: skip
+        scored = recall.rerank(
+            scored, weights, _sum(*outside(recall.repeats_asked(scored, weights)))
+        )
         if before is not None:
             near = self._neighbours(owner_id, recall.anchors(scored), before)
             shared = recall.shared(scored, near)
-            texts = [m.text for m in self._rows.values()] + [m.text for m in every_message]
+            texts = [m.text for m in memories] + [m.text for m in every_message]
             counted = {t: sum(recall.indexed(x, t) for x in texts) for t in shared}
             scored = recall.with_neighbours(scored, near, recall.stock(counted, documents))
         return recall.fill(scored, window, limit=limit, max_chars=max_chars)
@@ -169,3 +183,7 @@ class VolatileMemoryStore:
                 if m.id != anchor
             ]
         return found
+
+
+def _sum(first: dict[str, int], second: dict[str, int]) -> dict[str, int]:
+    return {t: n + second[t] for t, n in first.items()}
