@@ -21,6 +21,7 @@ NEIGHBOURS = 3
 NEIGHBOUR_SHARE = 0.8
 """A neighbour's score, as a share of its match's."""
 
+
 @dataclass(frozen=True)
 class Candidate:
     """A row a full-text query found, before scoring."""

@@ -10,9 +10,9 @@ phrase as it counts a word:
 - a window clause said `STOCK_SAID` times or more before is a stock phrase
   (`window_phrases`, `stock`): its words are no query, however rare each is
   on its own;
-- the words a window message shares with a candidate in a row count once,
-  as one unit (`shared_runs`): a run of seven 2-grams of one stock phrase is
-  one match, not seven;
+- the words a window message shares with a candidate in a row count about
+  once, as one unit (`shared_runs`, `runs_weight`): a run of seven 2-grams
+  of one stock phrase is one match, not seven;
 - a candidate whose matched clauses are said elsewhere too is a repeated
   line, not a fact (`asked`, `unique_share`).
 """
@@ -21,12 +21,18 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
-from backthink.memory.terms import cached_terms, clauses
+from backthink.memory.terms import cached_terms, clauses, is_word
 
 STOCK_SAID = 2
 """A window clause said this many times before the window is a stock phrase."""
 PHRASE_TOKENS = 3
 """A clause shorter than this many tokens is a word or two, not a phrase: never stock."""
+
+RUN_WORDS = 0.5
+"""In a run of latin words, each word past the rarest counts this much (CJK 2-grams: nothing).
+
+Two rare words said in a row (welding class) are more than one; the
+2-grams of one CJK run overlap and tell no more than its rarest does."""
 
 Run = tuple[str, ...]
 """Tokens (stems, CJK 2-grams) two texts hold in the same order, one after the other."""
@@ -90,6 +96,24 @@ def shared_runs(said: Sequence[str], other: Sequence[str]) -> list[Run]:
         runs.append(tuple(said[i:j]))
         i = j
     return runs
+
+
+def runs_weight(runs: Sequence[Run], shared: Collection[str], rarity: Mapping[str, float]) -> float:
+    """The summed rarity of the `shared` terms, each run of them counting about once.
+
+    A run counts at its rarest term's rarity, plus `RUN_WORDS` of the
+    others' when they are latin words. A shared term in no run (a latin stem
+    found as a prefix: paint in painter) counts alone.
+    """
+    left = set(shared)
+    total = 0.0
+    for run in runs:
+        values = [rarity[t] for t in run if t in left]
+        if values:
+            rest = RUN_WORDS if is_word(run[0]) else 0.0
+            total += max(values) + rest * (sum(values) - max(values))
+            left.difference_update(run)
+    return total + sum(rarity[t] for t in left)
 
 
 def asked(texts: Iterable[str], usable: Collection[str]) -> list[str]:

@@ -8,14 +8,15 @@ strong, new matches, facts before chatter:
    message's stock phrases hold: a clause said `phrases.STOCK_SAID` times
    before (`phrases.window_phrases`, counted as the index counts a word).
 2. A term weighs its recency (per message of age, as the window is read:
-   `reading`, an owner's question or chatter; less in the companion's words) times its rarity, log(N / df), counted outside the
-   window: a term only the window holds (df 0), or in more documents than
+   `reading`, an owner's question or chatter; less in the companion's
+   words) times its rarity, log(N / df), counted outside the window: a
+   term only the window holds (df 0), or in more documents than
    `df_cap`, weighs nothing, nor one made where two stock phrases meet
    (`stock_joints`). Each index is queried with the best `TERMS` terms
    within `QUERY_ROWS` rows (`best`), for the `CANDIDATES` best rows by bm25.
 3. `rank` scores a candidate against each window message by what they share,
-   a run of shared words counting once at its rarest word's rarity
-   (`phrases.shared_runs`), times the message's recency, and gates it on one
+   a run of shared words counting about once (`phrases.runs_weight`),
+   times the message's recency, and gates it on one
    message (`strong`): two terms, or one rare or long latin word. Its
    salience (`salience`) raises a text that shows numbers and names; `rerank`
    lowers one whose matched clauses are said elsewhere too (a repeated line).
@@ -29,9 +30,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Literal
 
 from backthink.memory import phrases, reading, salience
 from backthink.memory.context import NEIGHBOUR_SHARE as NEIGHBOUR_SHARE
@@ -45,12 +43,12 @@ from backthink.memory.context import with_neighbours as with_neighbours
 from backthink.memory.terms import (
     CJK_RUN,
     cached_terms,
-    stems,
     holds,
     is_word,
     named,
     shingles,
     similarity,
+    stems,
 )
 from backthink.memory.terms import MIN_WORD_CHARS as MIN_WORD_CHARS
 from backthink.memory.terms import STOPWORDS as STOPWORDS
@@ -65,7 +63,7 @@ from backthink.memory.terms import term_query as term_query
 from backthink.memory.terms import terms_of as terms_of
 from backthink.memory.terms import trigrams as trigrams
 from backthink.memory.terms import words_query as words_query
-from backthink.models import MemoryKind, Message, Origin, Recalled
+from backthink.models import Message, Recalled
 
 WINDOW_MESSAGES = 20
 """How many of the newest window messages the terms come from: a topic may be ten messages back."""
@@ -101,9 +99,6 @@ SIMILAR = 0.5
 """Trigram Jaccard similarity at which two texts count as the same thing said twice."""
 ITEM_CHARS = 600
 """One recalled text is cut past this many characters."""
-FEWEST = 1
-"""A term in fewer documents than this weighs as if in this many: one row alone is no proof."""
-RUN_REST = 0.5
 RECHECKED = 16
 """The best candidates whose matched clauses are counted (`repeats_asked`), the rest dropped."""
 
@@ -284,7 +279,7 @@ def rank(
     ]
     how = reading.reading(window)
     top = (df_cap(documents) + 1) if how.rarity_from_cap else (documents + 1)
-    rarity = {t: math.log(top / max(df.get(t, 1), FEWEST)) for t in weights}
+    rarity = {t: math.log(top / max(df.get(t, 1), 1)) for t in weights}
     for candidate in candidates:
         if (candidate.kind, candidate.id) in seen:
             continue
@@ -304,7 +299,7 @@ def rank(
             shared = [t for t in terms if t in matched]
             if shared and strong(shared, alone):
                 runs = phrases.shared_runs(own, stems(candidate.text))
-                score = max(score, weight * _runs_weight(runs, shared, rarity))
+                score = max(score, weight * phrases.runs_weight(runs, shared, rarity))
         if score > 0:
             score /= 1 - how.length_norm + how.length_norm * len(candidate.text) / TYPICAL_CHARS
             if how.surface:
@@ -312,21 +307,6 @@ def rank(
             scored.append((score, candidate))
     scored.sort(key=best_first)
     return scored
-
-
-def _runs_weight(runs: Sequence[phrases.Run], shared: Sequence[str], rarity: Mapping[str, float]) -> float:
-    """The summed rarity of the shared terms, a run of them counting once at its rarest's."""
-    left = set(shared)
-    total = 0.0
-    for run in runs:
-        parts = [t for t in run if t in left]
-        if parts:
-            values = [rarity[t] for t in parts]
-            rest = RUN_REST if is_word(parts[0]) else 0.0
-            total += max(values) + rest * (sum(values) - max(values))
-            left.difference_update(parts)
-    # A latin stem matched as a prefix (paint in painter) is in no run: it counts alone.
-    return total + sum(rarity[t] for t in left)
 
 
 def repeats_asked(scored: Sequence[Scored], weights: Collection[str]) -> list[str]:
@@ -337,7 +317,7 @@ def repeats_asked(scored: Sequence[Scored], weights: Collection[str]) -> list[st
 def rerank(
     scored: Sequence[Scored], weights: Collection[str], phrase_df: Mapping[str, int]
 ) -> list[Scored]:
-    """The `RECHECKED` best candidates, a repeated line lowered (`salience.REPEATED`); the best first.
+    """The `RECHECKED` best candidates, a repeated line lowered; the best first.
 
     `phrase_df` counts each clause of `repeats_asked` in every row, the
     candidate's own included.

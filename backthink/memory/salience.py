@@ -28,7 +28,9 @@ REPEATED = 0.8
 _DIGITS = re.compile(r"\d+")
 # Two CJK numerals in a row (十二, 六百五十, 一千三), or one before a date's unit (九月, 五号):
 # a count, an amount or a date. One numeral alone is mostly a word (一起, 一下).
-_CJK_NUMBER = re.compile("[零〇一二两三四五六七八九十百千万亿]{2,}|[一二三四五六七八九十]{1,3}[月号日]")
+_CJK_NUMBER = re.compile(
+    "[零〇一二两三四五六七八九十百千万亿]{2,}|[一二三四五六七八九十]{1,3}[月号日]"
+)
 # A latin word with a capital after a lowercase word, a digit or a comma in the same
 # sentence: a name (Dmitri, Room, The Copper Owl), not a sentence's first word.
 _NAME = re.compile(r"(?<=[a-z0-9,;:)] )[A-Z][a-z][\w'’-]*")

@@ -114,7 +114,7 @@ def tokens(text: str) -> tuple[str, ...]:
 
 @lru_cache(maxsize=MEMO_TEXTS)
 def stems(text: str) -> tuple[str, ...]:
-    """`tokens`, each latin word cut to its stem (`stem`): how two texts are compared word by word."""
+    """`tokens`, each latin word cut to its stem (`stem`): two texts compared word by word."""
     return tuple(stem(t) if is_word(t) else t for t in tokens(text))
 
 
@@ -127,8 +127,9 @@ def clauses(text: str) -> tuple[str, ...]:
     """The clauses of a text as phrases: its runs of tokens between punctuation, one script each.
 
     A clause ends where anything but spaces (or an apostrophe, a hyphen)
-    stands between two words (a comma, a full stop, an emoji) and where latin words meet CJK ones: the
-    words index of PostgreSQL keeps the two apart, so no phrase spans both.
+    stands between two words (a comma, a full stop, an emoji), and where
+    latin words meet CJK ones: the words index of PostgreSQL keeps the two
+    apart, so no phrase spans both.
     """
     found: list[str] = []
     run: list[str] = []
