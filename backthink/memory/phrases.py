@@ -50,12 +50,13 @@ def window_phrases(texts: Iterable[str], df: Mapping[str, int], cap: int) -> lis
     weighs nothing either way, and counting a phrase of common words only
     costs the index a walk through every row that holds them.
     """
+    usable = {t for t, n in df.items() if 0 < n <= cap}
     found: dict[str, None] = {}
     for text in texts:
         for phrase in clauses(text):
-            if phrase.count(" ") + 1 < PHRASE_TOKENS:
-                continue
-            if any(0 < df.get(t, 0) <= cap for t in phrase_terms(phrase)):
+            if phrase.count(" ") + 1 >= PHRASE_TOKENS and not usable.isdisjoint(
+                phrase_terms(phrase)
+            ):
                 found[phrase] = None
     return list(found)
 

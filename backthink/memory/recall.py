@@ -40,18 +40,17 @@ from backthink.memory.context import anchors as anchors
 from backthink.memory.context import best_first
 from backthink.memory.context import shared as shared
 from backthink.memory.context import with_neighbours as with_neighbours
+from backthink.memory.terms import MIN_WORD_CHARS as MIN_WORD_CHARS
+from backthink.memory.terms import STOPWORDS as STOPWORDS
 from backthink.memory.terms import (
-    CJK_RUN,
-    cached_terms,
-    holds,
+    cjk_grams,
+    held,
     is_word,
     named,
     shingles,
     similarity,
     stems,
 )
-from backthink.memory.terms import MIN_WORD_CHARS as MIN_WORD_CHARS
-from backthink.memory.terms import STOPWORDS as STOPWORDS
 from backthink.memory.terms import contains as contains
 from backthink.memory.terms import index_text as index_text
 from backthink.memory.terms import indexed as indexed
@@ -181,28 +180,34 @@ def stock_joints(window: Sequence[Message], df: Mapping[str, int], cap: int) -> 
 
     A 2-gram in more than `cap` documents is stock. Two stock phrases side by
     side (就这些啦 then 哈哈) give 2-grams across their joint (啦哈) that are
-    rarer than either phrase; one whose two characters both lie inside stock
-    2-grams is taken for such a joint.
+    rarer than either phrase; a usable one whose two characters both lie
+    inside stock 2-grams (the one before it and the one after) is taken for
+    such a joint, unless the window says it elsewhere too.
     """
     joints: set[str] = set()
     clean: set[str] = set()
-    for message in list(window)[-WINDOW_MESSAGES:]:
-        for run in CJK_RUN.findall(message.text):
-            covered = [False] * len(run)
-            for i in range(len(run) - 1):
-                if df.get(run[i : i + 2], 0) > cap:
-                    covered[i] = covered[i + 1] = True
-            for i in range(len(run) - 1):
-                (joints if covered[i] and covered[i + 1] else clean).add(run[i : i + 2])
+    usable = {t for t, n in df.items() if 0 < n <= cap and not is_word(t)}
+    for text in window_texts(window):
+        for grams in cjk_grams(text):
+            for i, gram in enumerate(grams):
+                if gram not in usable:
+                    continue
+                # Its first character is covered where the 2-gram before is stock,
+                # its second where the one after is.
+                left = i > 0 and df.get(grams[i - 1], 0) > cap
+                right = i + 1 < len(grams) and df.get(grams[i + 1], 0) > cap
+                (joints if left and right else clean).add(gram)
     return frozenset(joints - clean)
 
 
-def best(weights: Mapping[str, float], df: Mapping[str, int], k: int = TERMS) -> list[str]:
+def best(weights: Mapping[str, float], df: Mapping[str, int], k: int | None = None) -> list[str]:
     """The heaviest terms (of `weigh`'s, best first) that occur in one index (df > 0).
 
-    At most `k` of them, and no more than the index reads `QUERY_ROWS` rows
-    for: a common term is passed over for the rarer ones after it.
+    At most `k` of them (default `TERMS`), and no more than the index reads
+    `QUERY_ROWS` rows for: a common term is passed over for the rarer ones
+    after it.
     """
+    k = TERMS if k is None else k
     chosen: list[str] = []
     rows = 0
     heaviest = max(weights.values(), default=0.0)
@@ -284,9 +289,7 @@ def rank(
         if (candidate.kind, candidate.id) in seen:
             continue
         seen.add((candidate.kind, candidate.id))
-        low = candidate.text.lower()
-        held = set(cached_terms(candidate.text))
-        matched = {t for t in weights if (t in held if not is_word(t) else holds(low, t))}
+        matched = held(candidate.text) & weights.keys()
         if not matched:
             continue
         alone = {

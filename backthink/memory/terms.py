@@ -201,13 +201,35 @@ def term_query(term: str) -> str:
 def inside(texts: Iterable[str], terms: Collection[str]) -> Counter[str]:
     """How many of the texts hold each term (the terms no text holds are absent)."""
     counts: Counter[str] = Counter()
-    words = [t for t in terms if is_word(t) or is_phrase(t)]
+    wanted = frozenset(terms)
+    phrases = [t for t in wanted if is_phrase(t)]
     for text in texts:
-        counts.update(t for t in cached_terms(text) if t in terms and not is_word(t))
-        if words:
+        counts.update(held(text) & wanted)
+        if phrases:
             low = text.lower()
-            counts.update(w for w in words if holds(low, w))
+            counts.update(p for p in phrases if holds(low, p))
     return counts
+
+
+@lru_cache(maxsize=MEMO_TEXTS)
+def cjk_grams(text: str) -> tuple[tuple[str, ...], ...]:
+    """The 2-grams of each CJK run of a text, run by run."""
+    return tuple(
+        tuple(run[i : i + 2] for i in range(len(run) - 1)) for run in CJK_RUN.findall(text)
+    )
+
+
+@lru_cache(maxsize=MEMO_TEXTS)
+def held(text: str) -> frozenset[str]:
+    """Every word or 2-gram term a text holds (`holds`), phrases aside, as one set.
+
+    Its CJK 2-grams, and every start of each latin word: a stem is held where
+    a word begins with it. One set intersection then matches many terms.
+    """
+    found = {t for t in cached_terms(text) if not is_word(t)}
+    for word in _WORD.findall(text.lower()):
+        found.update(word[:i] for i in range(1, len(word) + 1))
+    return frozenset(found)
 
 
 def indexed(text: str, term: str) -> bool:

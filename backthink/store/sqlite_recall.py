@@ -12,15 +12,14 @@ from __future__ import annotations
 import builtins
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import TextualSelect, text
 from sqlalchemy.engine import Connection
 
 from backthink.memory import phrases, recall
 from backthink.models import MAIN_SESSION, MemoryKind, Message, Recalled
 from backthink.store import fulltext
-from backthink.store.columns import UTCDateTime
 from backthink.store.neighbours import neighbours
 from backthink.store.term_counts import TermCounts
 
@@ -32,24 +31,24 @@ COUNT_CHUNK = 16
 # index rarely crowd out this owner's.
 _MEMORY_HITS = (
     "SELECT m.id, m.kind, m.text, m.created_at FROM"
-    " (SELECT rowid AS id, rank FROM memory_words WHERE memory_words MATCH :q"
-    " ORDER BY rank LIMIT :wide) AS hit JOIN memory m ON m.id = hit.id"
-    " WHERE m.owner_id = :owner ORDER BY hit.rank LIMIT :n"
+    " (SELECT rowid AS id, rank FROM memory_words WHERE memory_words MATCH ?"
+    " ORDER BY rank LIMIT ?) AS hit JOIN memory m ON m.id = hit.id"
+    " WHERE m.owner_id = ? ORDER BY hit.rank LIMIT ?"
 )
 _MESSAGE_HITS = (
     "SELECT m.id, m.text, m.created_at, m.role, m.origin FROM"
-    " (SELECT rowid AS id, rank FROM message_words WHERE message_words MATCH :q"
-    " AND rowid < :before ORDER BY rank LIMIT :wide) AS hit JOIN message m ON m.id = hit.id"
-    " WHERE m.owner_id = :owner AND m.session_id = :session AND m.undelivered = 0"
-    " ORDER BY hit.rank LIMIT :n"
+    " (SELECT rowid AS id, rank FROM message_words WHERE message_words MATCH ?"
+    " AND rowid < ? ORDER BY rank LIMIT ?) AS hit JOIN message m ON m.id = hit.id"
+    " WHERE m.owner_id = ? AND m.session_id = ? AND m.undelivered = 0"
+    " ORDER BY hit.rank LIMIT ?"
 )
 _WIDE = 4
 """How many times CANDIDATES rows the index hands to the owner filter."""
 
 
-def _query(sql: str) -> TextualSelect:
-    """A text query whose `created_at` comes back as an aware UTC datetime."""
-    return text(sql).columns(created_at=UTCDateTime())
+def _utc(stamp: str) -> datetime:
+    """A `created_at` as SQLite keeps it (naive UTC text) as an aware UTC datetime."""
+    return datetime.fromisoformat(stamp).replace(tzinfo=UTC)
 
 
 def rows(conn: Connection, sql: str, params: Sequence[Any] = ()) -> builtins.list[Any]:
@@ -226,36 +225,31 @@ def recall_once(
     memory_terms = recall.best(weights, df_memory)
     message_terms = recall.best(weights, df_message) if before is not None else []
     found: builtins.list[recall.Candidate] = []
+    # The hits are read on the DB-API connection (`rows`): through SQLAlchemy
+    # each read cost more than the query itself.
     if memory_terms:
-        rows = conn.execute(
-            _query(_MEMORY_HITS),
-            {
-                "q": recall.words_query(memory_terms),
-                "owner": owner_id,
-                "wide": recall.CANDIDATES * _WIDE + len(exclude),
-                "n": recall.CANDIDATES + len(exclude),
-            },
-        )
+        wide = recall.CANDIDATES * _WIDE + len(exclude)
         found += [
-            recall.Candidate("memory", i, body, at, MemoryKind(kind))
-            for i, kind, body, at in rows
+            recall.Candidate("memory", i, body, _utc(at), MemoryKind(kind))
+            for i, kind, body, at in rows(
+                conn,
+                _MEMORY_HITS,
+                (
+                    recall.words_query(memory_terms),
+                    wide,
+                    owner_id,
+                    recall.CANDIDATES + len(exclude),
+                ),
+            )
             if i not in exclude
         ]
     if message_terms:
-        rows = conn.execute(
-            _query(_MESSAGE_HITS),
-            {
-                "q": recall.words_query(message_terms),
-                "before": before,
-                "owner": owner_id,
-                "session": MAIN_SESSION,
-                "wide": recall.CANDIDATES * _WIDE,
-                "n": recall.CANDIDATES,
-            },
-        )
+        params = (recall.words_query(message_terms), before, recall.CANDIDATES * _WIDE)
         found += [
-            recall.Candidate("message", i, body, at, role=role, origin=origin)
-            for i, body, at, role, origin in rows
+            recall.Candidate("message", i, body, _utc(at), role=role, origin=origin)
+            for i, body, at, role, origin in rows(
+                conn, _MESSAGE_HITS, (*params, owner_id, MAIN_SESSION, recall.CANDIDATES)
+            )
         ]
     scored = recall.rank(
         found, weights, window, df=df, documents=documents,
