@@ -282,6 +282,10 @@ def rank(
             _said(window, stock), [stems(t) for t in reversed(window_texts(window))], strict=True
         )
     ]
+    saying: dict[str, list[int]] = {}  # which window messages say each term
+    for i, (_, terms, _) in enumerate(said):
+        for term in terms:
+            saying.setdefault(term, []).append(i)
     how = reading.reading(window)
     top = (df_cap(documents) + 1) if how.rarity_from_cap else (documents + 1)
     rarity = {t: math.log(top / max(df.get(t, 1), 1)) for t in weights}
@@ -289,7 +293,7 @@ def rank(
         if (candidate.kind, candidate.id) in seen:
             continue
         seen.add((candidate.kind, candidate.id))
-        matched = held(candidate.text) & weights.keys()
+        matched = held(candidate.text) & saying.keys()
         if not matched:
             continue
         alone = {
@@ -298,9 +302,10 @@ def rank(
             if t in specific and (len(t) >= RARE_CHARS or named(candidate.text, t))
         }
         score = 0.0
-        for weight, terms, own in said:
+        for i in sorted({i for t in matched for i in saying[t]}):
+            weight, terms, own = said[i]
             shared = [t for t in terms if t in matched]
-            if shared and strong(shared, alone):
+            if strong(shared, alone):
                 runs = phrases.shared_runs(own, stems(candidate.text))
                 score = max(score, weight * phrases.runs_weight(runs, shared, rarity))
         if score > 0:
