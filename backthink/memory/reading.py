@@ -12,14 +12,14 @@ and only what stands out is kept (`CHAT`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from backthink.memory.terms import cached_terms
+from backthink.memory.phrases import fresh_terms
 from backthink.models import Message
 
 ASKING_TERMS = 2
-"""A question with fewer terms than this asks about nothing in particular (你觉得呢？)."""
+"""A question with fewer terms than this asks about nothing in particular."""
 
 
 @dataclass(frozen=True)
@@ -50,14 +50,18 @@ a rare one). What scores under 0.6 of the best shares words with the
 window by chance."""
 
 
-def asks(window: Sequence[Message]) -> bool:
-    """Whether the owner's newest message asks about something: `?` and `ASKING_TERMS` terms."""
+def asks(window: Sequence[Message], stock: Collection[str] = ()) -> bool:
+    """Whether the owner's newest message asks about something.
+
+    A question mark, and `ASKING_TERMS` terms out of `stock` phrases: a
+    stock question (你觉得呢？, what's the plan?) asks about nothing.
+    """
     if not window or window[-1].role != "user":
         return False
     text = window[-1].text
-    return ("?" in text or "？" in text) and len(cached_terms(text)) >= ASKING_TERMS
+    return ("?" in text or "？" in text) and len(fresh_terms(text, stock)) >= ASKING_TERMS
 
 
-def reading(window: Sequence[Message]) -> Reading:
-    """`ANSWER` when the owner's newest message asks something, else `CHAT`."""
-    return ANSWER if asks(window) else CHAT
+def reading(window: Sequence[Message], stock: Collection[str] = ()) -> Reading:
+    """`ANSWER` when the owner's newest message asks something (`asks`), else `CHAT`."""
+    return ANSWER if asks(window, stock) else CHAT

@@ -125,7 +125,7 @@ def _said(window: Sequence[Message], stock: Collection[str]) -> list[tuple[float
     whatever its age (the topic may be ten messages back).
     """
     newest = list(window)[-WINDOW_MESSAGES:]
-    decay = reading.reading(window).decay
+    decay = reading.reading(window, stock).decay
     said: list[tuple[float, frozenset[str]]] = []
     for age, message in enumerate(reversed(newest)):
         weight = decay**age * (COMPANION if message.role == "assistant" else 1.0)
@@ -286,7 +286,7 @@ def rank(
     for i, (_, terms, _) in enumerate(said):
         for term in terms:
             saying.setdefault(term, []).append(i)
-    how = reading.reading(window)
+    how = reading.reading(window, stock)
     top = (df_cap(documents) + 1) if how.rarity_from_cap else (documents + 1)
     rarity = {t: math.log(top / max(df.get(t, 1), 1)) for t in weights}
     for candidate in candidates:
@@ -345,20 +345,26 @@ def stock(df: Mapping[str, int], documents: int) -> frozenset[str]:
 
 
 def fill(
-    scored: Iterable[Scored], window: Sequence[Message], *, limit: int, max_chars: int
+    scored: Iterable[Scored],
+    window: Sequence[Message],
+    *,
+    limit: int,
+    max_chars: int,
+    stock: Collection[str] = (),
 ) -> list[Recalled]:
     """De-duplicate and bound the scored candidates, the best first.
 
     Only those scoring the `reading`'s keep share of the best or more are
-    kept: in chatter, what falls far behind the best shares words with the
-    window by chance (an owner's question lets the budget decide).
+    kept (`stock`: the window's stock phrases, as `rank` had them): in
+    chatter, what falls far behind the best shares words with the window by
+    chance (an owner's question lets the budget decide).
     A candidate near-identical to a window message or to a better one
     already kept is dropped; texts are cut at `ITEM_CHARS` and the kept
     texts together stay within `max_chars` (one that no longer fits is
     passed over for a shorter one after it), at most `limit` of them.
     """
     shown = [shingles(message.text) for message in window]
-    share = reading.reading(window).keep_share
+    share = reading.reading(window, stock).keep_share
     kept: list[Recalled] = []
     used = 0
     floor = 0.0

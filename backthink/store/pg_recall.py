@@ -281,7 +281,7 @@ class PgRecall:
             on_messages = message_counts.read(conn, shared)
             df_shared = {t: df_shared[t] + on_messages[t] for t in shared}
             scored = recall.with_neighbours(scored, near, recall.stock(df_shared, documents))
-        return recall.fill(scored, window, limit=limit, max_chars=max_chars)
+        return recall.fill(scored, window, limit=limit, max_chars=max_chars, stock=stock)
 
 
 def _sum(first: dict[str, int], second: dict[str, int]) -> dict[str, int]:

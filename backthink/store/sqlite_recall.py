@@ -262,7 +262,7 @@ def recall_once(
         common = recall.stock(_counted(conn, counts, recall.shared(scored, near)), documents)
         scored = recall.with_neighbours(scored, near, common)
         found += [c for side in near.values() for c in side]
-    items = recall.fill(scored, window, limit=limit, max_chars=max_chars)
+    items = recall.fill(scored, window, limit=limit, max_chars=max_chars, stock=stock)
     texts = {(c.kind, c.id): c.text for c in found}
     return Result(
         tuple(items),

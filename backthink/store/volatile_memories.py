@@ -162,7 +162,7 @@ class VolatileMemoryStore:
             texts = [m.text for m in memories] + [m.text for m in every_message]
             counted = {t: sum(recall.indexed(x, t) for x in texts) for t in shared}
             scored = recall.with_neighbours(scored, near, recall.stock(counted, documents))
-        return recall.fill(scored, window, limit=limit, max_chars=max_chars)
+        return recall.fill(scored, window, limit=limit, max_chars=max_chars, stock=stock)
 
     def _neighbours(
         self, owner_id: str, anchors: Sequence[int], before: int
