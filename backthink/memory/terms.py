@@ -20,6 +20,11 @@ from functools import lru_cache
 
 MIN_WORD_CHARS = 3
 """A latin word shorter than this is no term (the trigram index finds nothing shorter)."""
+SCAN_CHARS = 1000
+"""Characters of a text its tokens, clauses and held terms are read in: a recalled item shows
+600, and a memoised long text would cost the daemon's memory (a phrase past them is not seen)."""
+PREFIX_CHARS = 24
+"""The longest start of a word `held` keeps: a token past it (a hash, a URL) is no stem."""
 MEMO_TEXTS = 256
 """Texts whose terms and shingles are memoised: a round's window and candidates.
 
@@ -109,7 +114,7 @@ def is_phrase(term: str) -> bool:
 @lru_cache(maxsize=MEMO_TEXTS)
 def tokens(text: str) -> tuple[str, ...]:
     """The words index's tokens of a text, lowercased: latin words whole, CJK runs as 2-grams."""
-    return tuple(index_text(text).lower().split())
+    return tuple(index_text(text[:SCAN_CHARS]).lower().split())
 
 
 @lru_cache(maxsize=MEMO_TEXTS)
@@ -135,7 +140,7 @@ def clauses(text: str) -> tuple[str, ...]:
     run: list[str] = []
     last_end = 0
     last_cjk: bool | None = None
-    for match in _TOKEN.finditer(text):
+    for match in _TOKEN.finditer(text[:SCAN_CHARS]):
         cjk = CJK_RUN.match(match.group()) is not None
         gap = text[last_end : match.start()]
         if run and (gap.strip(_INSIDE_A_WORD) or cjk != last_cjk):
@@ -215,7 +220,8 @@ def inside(texts: Iterable[str], terms: Collection[str]) -> Counter[str]:
 def cjk_grams(text: str) -> tuple[tuple[str, ...], ...]:
     """The 2-grams of each CJK run of a text, run by run."""
     return tuple(
-        tuple(run[i : i + 2] for i in range(len(run) - 1)) for run in CJK_RUN.findall(text)
+        tuple(run[i : i + 2] for i in range(len(run) - 1))
+        for run in CJK_RUN.findall(text[:SCAN_CHARS])
     )
 
 
@@ -226,9 +232,12 @@ def held(text: str) -> frozenset[str]:
     Its CJK 2-grams, and every start of each latin word: a stem is held where
     a word begins with it. One set intersection then matches many terms.
     """
-    found = {t for t in cached_terms(text) if not is_word(t)}
-    for word in _WORD.findall(text.lower()):
-        found.update(word[:i] for i in range(1, len(word) + 1))
+    head = text[:SCAN_CHARS]
+    found = {t for t in cached_terms(head) if not is_word(t)}
+    for word in _WORD.findall(head.lower()):
+        # A stem longer than PREFIX_CHARS is held only as the whole word.
+        found.update(word[:i] for i in range(1, min(len(word), PREFIX_CHARS) + 1))
+        found.add(word)
     return frozenset(found)
 
 
