@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import re
 
+from backthink.memory.terms import SCAN_CHARS
+
 SURFACE = 0.75
 """How much a text with facts on its surface outweighs one without (0.75: up to 1.75 times)."""
 SURFACE_ENOUGH = 2
@@ -37,8 +39,12 @@ _NAME = re.compile(r"(?<=[a-z0-9,;:)] )[A-Z][a-z][\w'’-]*")
 
 
 def surface(text: str) -> int:
-    """How many numbers and names a text shows: digits, CJK numerals, capitalised words."""
-    return sum(len(pattern.findall(text)) for pattern in (_DIGITS, _CJK_NUMBER, _NAME))
+    """How many numbers and names a text shows: digits, CJK numerals, capitalised words.
+
+    Read in the text's first `SCAN_CHARS` characters: what a recalled item shows.
+    """
+    head = text[:SCAN_CHARS]
+    return sum(len(pattern.findall(head)) for pattern in (_DIGITS, _CJK_NUMBER, _NAME))
 
 
 def factor(text: str) -> float:
