@@ -48,7 +48,8 @@ _WIDE = 4
 
 def _utc(stamp: str) -> datetime:
     """A `created_at` as SQLite keeps it (naive UTC text) as an aware UTC datetime."""
-    return datetime.fromisoformat(stamp).replace(tzinfo=UTC)
+    at = datetime.fromisoformat(stamp)
+    return at.replace(tzinfo=UTC) if at.utcoffset() is None else at.astimezone(UTC)
 
 
 def rows(conn: Connection, sql: str, params: Sequence[Any] = ()) -> builtins.list[Any]:
