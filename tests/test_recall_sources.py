@@ -299,3 +299,39 @@ def test_other_owners_rows_never_crowd_out_the_owners() -> None:
     found = candidates(source, "memory", list(weights), weights, q)
     assert [c.id for c in found] == [mine]
     assert source.asked == [CANDIDATES, 2 * CANDIDATES, 11], "read in growing batches"
+
+
+async def _stock_recall(stores: Stores, said_before: int) -> list[str]:
+    """Recall by a window saying a line `said_before` times in the history before it."""
+    at = everyday.END
+    line = "Living the dream obviously"
+    history = [line] * said_before + ["Had a dream about living in Lisbon, obviously"]
+    texts = [*history, line]
+    await stores.messages.add_many(
+        [
+            Message(
+                id=i + 1,
+                owner_id=OWNER,
+                role="user",
+                text=text,
+                created_at=at + timedelta(minutes=i),
+            )
+            for i, text in enumerate(texts)
+        ]
+    )
+    shown = await stores.messages.recent(OWNER, everyday.WINDOW)
+    window = shown[-1:]
+    found = await stores.memories.recall(
+        OWNER, window, limit=SHIPPED.recall, max_chars=SHIPPED.max_chars
+    )
+    return [r.text for r in found]
+
+
+@pytest.mark.parametrize("said_before", [0, 2])
+async def test_a_line_said_before_asks_nothing_on_every_source(
+    stores: Stores, said_before: int
+) -> None:
+    """A window clause said twice before is a stock phrase: its words recall nothing, anywhere."""
+    found = await _stock_recall(stores, said_before)
+    fact = "Had a dream about living in Lisbon, obviously"
+    assert (fact in found) == (said_before == 0), found

@@ -13,7 +13,9 @@ strong, new matches, facts before chatter:
    term only the window holds (df 0), or in more documents than
    `df_cap`, weighs nothing, nor one made where two stock phrases meet
    (`stock_joints`). Each index is queried with the best `TERMS` terms
-   within `QUERY_ROWS` rows (`best`), for the `CANDIDATES` best rows by bm25.
+   within `QUERY_ROWS` rows (`best`), for the `CANDIDATES` rows holding
+   the most weight of them (`backthink.memory.pipeline` runs these steps
+   over what a store gives).
 3. `rank` scores a candidate against each window message by what they share,
    a run of shared words counting about once (`phrases.runs_weight`),
    times the message's recency, and gates it on one
