@@ -21,7 +21,7 @@ import support.everyday as everyday
 
 from backthink.config import MemorySettings
 from backthink.memory.pipeline import Documents, Query, Side, candidates
-from backthink.memory.recall import Candidate
+from backthink.memory.recall import CANDIDATES, Candidate
 from backthink.memory.terms import contains
 from backthink.models import Memory, MemoryKind, Message, Recalled
 from backthink.store import (
@@ -285,16 +285,53 @@ def test_other_owners_rows_never_crowd_out_the_owners() -> None:
     at = everyday.END
     crowd = [
         _memory(i, OTHER, MemoryKind.NOTE, "Bartholomew Reykjavik glacier", at)
-        for i in range(1, 131)
+        for i in range(1, 3 * CANDIDATES + 11)
     ]
+    mine = 3 * CANDIDATES + 11
     own = [
-        _memory(131, OWNER, MemoryKind.NOTE, "Bartholomew Reykjavik", at),
-        _memory(132, OWNER, MemoryKind.NOTE, "Bartholomew", at),
+        _memory(mine, OWNER, MemoryKind.NOTE, "Bartholomew Reykjavik", at),
+        _memory(mine + 1, OWNER, MemoryKind.NOTE, "Bartholomew", at),
     ]
     source = _SharedIndex([*crowd, *own])
     window = (Message(id=1000, owner_id=OWNER, role="user", text="x", created_at=at),)
-    q = Query(OWNER, window, 5, 1200, None, frozenset({132}), {})
+    q = Query(OWNER, window, 5, 1200, None, frozenset({mine + 1}), {})
     weights = {"bartholomew": 2.0, "reykjavik": 1.0, "glacier": 0.5}
     found = candidates(source, "memory", list(weights), weights, q)
-    assert [c.id for c in found] == [131]
-    assert source.asked == [40, 80, 11], "read in growing batches"
+    assert [c.id for c in found] == [mine]
+    assert source.asked == [CANDIDATES, 2 * CANDIDATES, 11], "read in growing batches"
+
+
+async def _stock_recall(stores: Stores, said_before: int) -> list[str]:
+    """Recall by a window saying a line `said_before` times in the history before it."""
+    at = everyday.END
+    line = "Living the dream obviously"
+    history = [line] * said_before + ["Had a dream about living in Lisbon, obviously"]
+    texts = [*history, line]
+    await stores.messages.add_many(
+        [
+            Message(
+                id=i + 1,
+                owner_id=OWNER,
+                role="user",
+                text=text,
+                created_at=at + timedelta(minutes=i),
+            )
+            for i, text in enumerate(texts)
+        ]
+    )
+    shown = await stores.messages.recent(OWNER, everyday.WINDOW)
+    window = shown[-1:]
+    found = await stores.memories.recall(
+        OWNER, window, limit=SHIPPED.recall, max_chars=SHIPPED.max_chars
+    )
+    return [r.text for r in found]
+
+
+@pytest.mark.parametrize("said_before", [0, 2])
+async def test_a_line_said_before_asks_nothing_on_every_source(
+    stores: Stores, said_before: int
+) -> None:
+    """A window clause said twice before is a stock phrase: its words recall nothing, anywhere."""
+    found = await _stock_recall(stores, said_before)
+    fact = "Had a dream about living in Lisbon, obviously"
+    assert (fact in found) == (said_before == 0), found

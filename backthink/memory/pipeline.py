@@ -8,13 +8,18 @@ so the three recall equal lists from equal rows (see `backthink.memory.recall`
 for how terms are weighed, gated and kept):
 
 1. The window's terms (`recency`) are counted outside the window (`counts`
-   less the window's own messages, `inside`) and weighed (`weigh`).
+   less the window's own messages, `inside`). The window's clauses are
+   counted so too (`phrases.window_phrases`): those said before are stock
+   phrases (`phrases.stock`), whose terms the window's terms are read again
+   without (`recency` with the stock), and weighed (`weigh`).
 2. Each side (memories, messages below the window) is asked for the rows
    holding its own best terms (`best`, `hits`). They are ordered by the
    summed weights of the terms they hold, the newer first on ties, and the
    first `CANDIDATES` the owner may recall are read (`rows`).
-3. They are scored and gated (`rank`), the best messages bring their
-   neighbours (`with_neighbours`), and what is left fills the budget (`fill`).
+3. They are scored and gated (`rank`); the matched clauses of the best are
+   counted (`repeats_asked`), a repeated line lowered (`rerank`). The best
+   messages bring their neighbours (`with_neighbours`), and what is left
+   fills the budget (`fill`).
 """
 
 from __future__ import annotations
@@ -23,19 +28,24 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol
 
+from backthink.memory import phrases
 from backthink.memory.recall import (
     CANDIDATES,
     DF_CAP,
     Candidate,
     anchors,
     best,
+    df_cap,
     fill,
     rank,
     rare,
     recency,
+    repeats_asked,
+    rerank,
     shared,
     stock,
     weigh,
+    window_texts,
     with_neighbours,
 )
 from backthink.memory.terms import inside
@@ -153,37 +163,51 @@ def recall(source: RecallSource, q: Query) -> list[Recalled]:
     """The memories and older main-session messages the window brings to mind, best first."""
     tops = source.documents()
     documents = max(tops.memory + below(tops.message, q.before), 1)
-    df_memory, df_message = outside(source, q, tops)
+    df_memory, df_message = outside(source, q, tops, q.recent)
     df = {t: df_memory[t] + df_message[t] for t in q.recent}
-    weights = weigh(q.recent, df, documents, q.window)
+    asked = phrases.window_phrases(window_texts(q.window), df, df_cap(documents))
+    said = phrases.stock(_summed(outside(source, q, tops, asked)))
+    recent = recency(q.window, said) if said else q.recent
+    weights = weigh(recent, df, documents, q.window)
     memory_terms = best(weights, df_memory)
     message_terms = best(weights, df_message) if q.before is not None else []
-    queried = {t: w for t, w in weights.items() if t in memory_terms or t in message_terms}
     found = candidates(source, "memory", memory_terms, weights, q)
     found += candidates(source, "message", message_terms, weights, q)
-    scored = rank(found, queried, q.window, specific=rare(df, documents))
+    scored = rank(
+        found, weights, q.window, df=df, documents=documents,
+        specific=rare(df, documents), stock=said,
+    )  # fmt: skip
+    repeats = repeats_asked(scored, weights)
+    scored = rerank(scored, weights, _summed(outside(source, q, tops, repeats)))
     if q.before is not None:
         near = source.neighbours(anchors(scored), owner_id=q.owner_id, before=q.before)
         common = stock(with_window(source, q, tops, shared(scored, near)), documents)
         scored = with_neighbours(scored, near, common)
-    return fill(scored, q.window, limit=q.limit, max_chars=q.max_chars)
+    return fill(scored, q.window, limit=q.limit, max_chars=q.max_chars, stock=said)
 
 
 def outside(
-    source: RecallSource, q: Query, tops: Documents
+    source: RecallSource, q: Query, tops: Documents, terms: Collection[str]
 ) -> tuple[dict[str, int], dict[str, int]]:
-    """The document counts of the window's terms among memories, and among messages outside it.
+    """The document counts of `terms` among memories, and among messages outside the window.
 
     The counted window messages are taken out, so a term only the window
-    holds weighs nothing. A count past DF_CAP stays past it.
+    holds weighs nothing. A count past DF_CAP stays past it. A phrase is
+    counted as a term is.
     """
-    on_memories = _capped(source.counts("memory", q.recent), q.recent)
-    on_messages = _capped(source.counts("message", q.recent), q.recent)
+    on_memories = _capped(source.counts("memory", terms), terms)
+    on_messages = _capped(source.counts("message", terms), terms)
     counted = [m.text for m in q.window if m.id is not None and m.id <= tops.message]
-    shown = inside(counted, q.recent)
+    shown = inside(counted, terms)
     return on_memories, {
         t: n if n > DF_CAP else max(n - shown[t], 0) for t, n in on_messages.items()
     }
+
+
+def _summed(sides: tuple[dict[str, int], dict[str, int]]) -> dict[str, int]:
+    """Each term's count on both sides."""
+    on_memories, on_messages = sides
+    return {t: n + on_messages[t] for t, n in on_memories.items()}
 
 
 def with_window(

@@ -1,81 +1,77 @@
 """Recall's pure logic: terms from the recent window, their weights, and what is kept.
 
-Recall queries the full-text indexes with terms of the recent window and
-keeps only strong, new matches. `backthink.memory.terms` makes the terms,
-this module weighs, gates and keeps, and `backthink.memory.pipeline` runs
-the steps over what a store gives:
+Recall queries the full-text indexes with terms of the window and keeps only
+strong, new matches, facts before chatter:
 
-1. Terms come from the newest `WINDOW_MESSAGES` messages: every two
-   consecutive CJK characters, and the stem of every latin word (letters and
-   digits) of at least `terms.MIN_WORD_CHARS` that is no function word
-   (`terms.STOPWORDS`: pronouns, auxiliaries, question words, month and day names).
-   A stem is the word less a common ending (`terms.stem`: painting, painted and
-   paints give paint) and matches where a word of the text begins with it.
-   The words index (`terms.index_text`, see `backthink.store.fulltext`) holds
-   exactly these: latin words, matched by prefix, and CJK 2-grams, so a
-   two-character Chinese word (胃镜) is found as readily as a name. Raw text
-   is never handed to MATCH: each term is quoted.
-2. A term weighs its recency (`RECENCY_DECAY` per message of age: the
-   newest message weighs most by far) times its rarity, log(N / df),
-   counted over what lies outside the window: a term only the window holds
-   has df 0 and is dropped, as is one in more than one document in
-   `DF_SHARE` (`df_cap`): a stock phrase the owner says all the time, or a
-   word so common it tells nothing apart. Neither counts a CJK 2-gram that
-   two stock phrases make where they meet (`stock_joints`: 啦哈 of
-   就这些啦哈哈). Each index is queried with the
-   best `TERMS` of the terms it holds (`best`), for the `CANDIDATES` rows
-   holding the most weight of them.
-3. Candidates are scored by the summed weights of the queried terms their
-   current text holds, divided by their length as BM25 does (`LENGTH_NORM`),
-   and gated: a row needs two matched terms of one window message (CJK
-   2-grams that are no one 3-character string), or one latin word that is
-   rare (`rare`) or long (`LONG_WORD_CHARS`). Otherwise
-   top-k would always return something, however unrelated. The re-check
-   against the text also drops a row whose index entries are stale (edited
-   since it was indexed).
-4. The message just before and just after each of the `NEIGHBOURS` best
-   matched messages comes along as its context (`with_neighbours`): the
-   answer a recalled question got, or a message on the same subject (it
-   shares a term with the match, and no stock phrase: `stock`).
-5. What repeats the window, or an item already kept, is dropped (trigram
-   Jaccard similarity); the rest fills `max_chars`, best first.
-
-Terms and shingles of a text are memoised: a round's window repeats most of
-the previous round's messages.
+1. Terms come from the newest `WINDOW_MESSAGES` messages (`terms`: latin
+   stems matched as a word's start, CJK 2-grams), less those only the
+   message's stock phrases hold: a clause said `phrases.STOCK_SAID` times
+   before (`phrases.window_phrases`, counted as the index counts a word).
+2. A term weighs its recency (per message of age, as the window is read:
+   `reading`, an owner's question or chatter; less in the companion's
+   words) times its rarity, log(N / df), counted outside the window: a
+   term only the window holds (df 0), or in more documents than
+   `df_cap`, weighs nothing, nor one made where two stock phrases meet
+   (`stock_joints`). Each index is queried with the best `TERMS` terms
+   within `QUERY_ROWS` rows (`best`), for the `CANDIDATES` rows holding
+   the most weight of them (`backthink.memory.pipeline` runs these steps
+   over what a store gives).
+3. `rank` scores a candidate against each window message by what they share,
+   a run of shared words counting about once (`phrases.runs_weight`),
+   times the message's recency, and gates it on one
+   message (`strong`): two terms, or one rare or long latin word. Its
+   salience (`salience`) raises a text that shows numbers and names; `rerank`
+   lowers one whose matched clauses are said elsewhere too (a repeated line).
+4. The neighbours of the best matched messages come along as their context
+   (`context.with_neighbours`).
+5. What repeats the window or a kept item is dropped, and what scores under
+   the `reading`'s share of the best; the rest fills `max_chars` (`fill`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Literal
 
+from backthink.memory import phrases, reading, salience
+from backthink.memory.context import NEIGHBOUR_SHARE as NEIGHBOUR_SHARE
+from backthink.memory.context import NEIGHBOURS as NEIGHBOURS
+from backthink.memory.context import Candidate as Candidate
+from backthink.memory.context import Scored as Scored
+from backthink.memory.context import anchors as anchors
+from backthink.memory.context import best_first
+from backthink.memory.context import shared as shared
+from backthink.memory.context import with_neighbours as with_neighbours
 from backthink.memory.terms import (
-    CJK_RUN,
-    cached_terms,
-    holds,
+    cjk_grams,
+    held,
     is_word,
     named,
     shingles,
     similarity,
+    stems,
 )
-from backthink.models import MemoryKind, Message, Origin, Recalled
+from backthink.models import Message, Recalled
 
-WINDOW_MESSAGES = 4
-"""How many of the newest window messages the terms come from."""
-RECENCY_DECAY = 0.3
-"""A term's weight is multiplied by this per message of age."""
-TERMS = 8
-"""How many terms a recall queries with; each costs about 0.1 ms per index."""
+WINDOW_MESSAGES = 20
+"""How many of the newest window messages the terms come from: a topic may be ten messages back."""
+RECENCY_DECAY = reading.CHAT.decay
+"""A term's weight is multiplied by this per message of age (see `reading`)."""
+COMPANION = 0.7
+"""A term the companion said (and the owner not) weighs this much of the owner's."""
+TERMS = 32
+"""How many terms a recall queries with at most..."""
+QUERY_SHARE = 0.1
+"""...leaving out those weighing less than this share of the heaviest (older than a question)..."""
+QUERY_ROWS = 8000
+"""...while their document counts add up to no more than this many rows an index reads."""
 DF_CAP = 1000
 """Terms in more documents than this match too much to tell anything apart (and cost most)."""
 DF_SHARE = 100
 """Nor does a term in more than one document in this many, in a history of any size..."""
 DF_FLOOR = 20
 """...unless it is in this many documents or fewer: a young history's names are not common."""
-CANDIDATES = 40
+CANDIDATES = 80
 """Rows read per index before the re-ranking."""
 LONG_WORD_CHARS = 6
 """One matched latin word this long is enough on its own to recall a row."""
@@ -85,30 +81,50 @@ RARE_FLOOR = 3
 """...as is one in this many documents or fewer, in a history of any size..."""
 RARE_CHARS = 4
 """...if it is this long at least (a shorter word is often part of a longer one), or a name."""
-LENGTH_NORM = 0.3
-"""How much a row's length divides its score (0: not at all), as BM25's b does."""
 TYPICAL_CHARS = 100
 """The length at which a row's score is neither raised nor lowered."""
-NEIGHBOURS = 3
-"""The best matched messages whose neighbours (the message before, the one after) come along."""
-NEIGHBOUR_SHARE = 0.8
-"""A neighbour's score, as a share of its match's."""
 SIMILAR = 0.5
 """Trigram Jaccard similarity at which two texts count as the same thing said twice."""
 ITEM_CHARS = 600
 """One recalled text is cut past this many characters."""
+RECHECKED = 16
+"""The best candidates whose matched clauses are counted (`repeats_asked`), the rest dropped."""
 
 
-def recency(window: Sequence[Message]) -> dict[str, float]:
-    """Each term of the newest window messages with its recency weight (1.0 for the newest)."""
+def recency(window: Sequence[Message], stock: Collection[str] = ()) -> dict[str, float]:
+    """Each usable term of the window with its recency weight (1.0 at most, for the newest).
+
+    A term weighs `RECENCY_DECAY` per message of age, `COMPANION` of that
+    in the companion's messages, the most of the messages that say it. A
+    term that only `stock` phrases of a message hold comes not from it.
+    """
     weights: dict[str, float] = {}
-    newest = list(window)[-WINDOW_MESSAGES:]
-    for age, message in enumerate(reversed(newest)):
-        factor = RECENCY_DECAY**age
-        for term in cached_terms(message.text):
-            if term not in weights:  # newest first: the first weight seen is the highest
-                weights[term] = factor
+    for weight, terms in _said(window, stock):
+        for term in terms:
+            if weights.get(term, 0.0) < weight:
+                weights[term] = weight
     return weights
+
+
+def _said(window: Sequence[Message], stock: Collection[str]) -> list[tuple[float, frozenset[str]]]:
+    """Each window message's weight and its terms out of stock phrases, the newest first.
+
+    A message weighs its `reading`'s decay per message of age: the owner's
+    question far more than what came before it, chatter nearly the same
+    whatever its age (the topic may be ten messages back).
+    """
+    newest = list(window)[-WINDOW_MESSAGES:]
+    decay = reading.reading(window, stock).decay
+    said: list[tuple[float, frozenset[str]]] = []
+    for age, message in enumerate(reversed(newest)):
+        weight = decay**age * (COMPANION if message.role == "assistant" else 1.0)
+        said.append((weight, phrases.fresh_terms(message.text, stock)))
+    return said
+
+
+def window_texts(window: Sequence[Message]) -> list[str]:
+    """The texts of the window messages the terms come from."""
+    return [m.text for m in list(window)[-WINDOW_MESSAGES:]]
 
 
 def df_cap(documents: int) -> int:
@@ -153,38 +169,47 @@ def stock_joints(window: Sequence[Message], df: Mapping[str, int], cap: int) -> 
 
     A 2-gram in more than `cap` documents is stock. Two stock phrases side by
     side (就这些啦 then 哈哈) give 2-grams across their joint (啦哈) that are
-    rarer than either phrase; one whose two characters both lie inside stock
-    2-grams is taken for such a joint.
+    rarer than either phrase; a usable one whose two characters both lie
+    inside stock 2-grams (the one before it and the one after) is taken for
+    such a joint, unless the window says it elsewhere too.
     """
     joints: set[str] = set()
     clean: set[str] = set()
-    for message in list(window)[-WINDOW_MESSAGES:]:
-        for run in CJK_RUN.findall(message.text):
-            covered = [False] * len(run)
-            for i in range(len(run) - 1):
-                if df.get(run[i : i + 2], 0) > cap:
-                    covered[i] = covered[i + 1] = True
-            for i in range(len(run) - 1):
-                (joints if covered[i] and covered[i + 1] else clean).add(run[i : i + 2])
+    usable = {t for t, n in df.items() if 0 < n <= cap and not is_word(t)}
+    for text in window_texts(window):
+        for grams in cjk_grams(text):
+            for i, gram in enumerate(grams):
+                if gram not in usable:
+                    continue
+                # Its first character is covered where the 2-gram before is stock,
+                # its second where the one after is.
+                left = i > 0 and df.get(grams[i - 1], 0) > cap
+                right = i + 1 < len(grams) and df.get(grams[i + 1], 0) > cap
+                (joints if left and right else clean).add(gram)
     return frozenset(joints - clean)
 
 
-def best(weights: Mapping[str, float], df: Mapping[str, int], k: int = TERMS) -> list[str]:
-    """The `k` heaviest terms (of `weigh`'s, best first) that occur in one index (df > 0)."""
-    return [term for term in weights if df.get(term, 0) > 0][:k]
+def best(weights: Mapping[str, float], df: Mapping[str, int], k: int | None = None) -> list[str]:
+    """The heaviest terms (of `weigh`'s, best first) that occur in one index (df > 0).
 
-
-@dataclass(frozen=True)
-class Candidate:
-    """A row a full-text query found, before scoring."""
-
-    kind: Literal["memory", "message"]
-    id: int
-    text: str
-    created_at: datetime
-    memory_kind: MemoryKind | None = None
-    role: str | None = None
-    origin: Origin | None = None
+    At most `k` of them (default `TERMS`), and no more than the index reads
+    `QUERY_ROWS` rows for: a common term is passed over for the rarer ones
+    after it.
+    """
+    k = TERMS if k is None else k
+    chosen: list[str] = []
+    rows = 0
+    heaviest = max(weights.values(), default=0.0)
+    for term in weights:
+        if weights[term] < heaviest * QUERY_SHARE:
+            break
+        count = df.get(term, 0)
+        if count > 0 and rows + count <= QUERY_ROWS:
+            chosen.append(term)
+            rows += count
+            if len(chosen) >= k:
+                break
+    return chosen
 
 
 def rare(df: Mapping[str, int], documents: int) -> frozenset[str]:
@@ -217,99 +242,89 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-Scored = tuple[float, Candidate]
-"""A candidate that passed the gate, and its score."""
-
-
 def rank(
     candidates: Iterable[Candidate],
     weights: Mapping[str, float],
     window: Sequence[Message],
     *,
+    df: Mapping[str, int],
+    documents: int,
     specific: Collection[str] = (),
+    stock: Collection[str] = (),
 ) -> list[Scored]:
     """Score and gate the candidates; the best first, the newer on ties.
 
-    A candidate passes the gate (`strong`) on the terms it shares with one
-    window message: two unrelated messages sharing a term each with it do
-    not make it a match. Its score is the summed weights of the terms it
-    holds, divided by its length (`LENGTH_NORM`).
+    A candidate is scored against each window message by the terms they
+    share (of `weights`, out of the message's `stock` phrases) and passes
+    the gate (`strong`) on those of one message: two unrelated messages
+    sharing a term each with it do not make it a match. Terms shared in a
+    row count once, as a run (`phrases.shared_runs`), at the rarity
+    log(N / df) of its rarest term; the runs' sum is weighed by the
+    message's recency. The best message's score, times the candidate's
+    surface salience (`salience.factor`), is its score.
     """
     scored: list[Scored] = []
     seen: set[tuple[str, int]] = set()
-    said = [frozenset(cached_terms(m.text)) for m in list(window)[-WINDOW_MESSAGES:]]
+    said = [
+        (weight, [t for t in terms if t in weights], stems_of)
+        for (weight, terms), stems_of in zip(
+            _said(window, stock), [stems(t) for t in reversed(window_texts(window))], strict=True
+        )
+    ]
+    saying: dict[str, list[int]] = {}  # which window messages say each term
+    for i, (_, terms, _) in enumerate(said):
+        for term in terms:
+            saying.setdefault(term, []).append(i)
+    how = reading.reading(window, stock)
+    top = (df_cap(documents) + 1) if how.rarity_from_cap else (documents + 1)
+    rarity = {t: math.log(top / max(df.get(t, 1), 1)) for t in weights}
     for candidate in candidates:
         if (candidate.kind, candidate.id) in seen:
             continue
         seen.add((candidate.kind, candidate.id))
-        low = candidate.text.lower()
-        matched = [term for term in weights if holds(low, term)]
+        matched = held(candidate.text) & saying.keys()
+        if not matched:
+            continue
         alone = {
             t
             for t in matched
             if t in specific and (len(t) >= RARE_CHARS or named(candidate.text, t))
         }
-        if any(strong([t for t in matched if t in terms], alone) for terms in said):
-            score = sum(weights[t] for t in matched)
-            score /= 1 - LENGTH_NORM + LENGTH_NORM * len(candidate.text) / TYPICAL_CHARS
+        score = 0.0
+        for i in sorted({i for t in matched for i in saying[t]}):
+            weight, terms, own = said[i]
+            shared = [t for t in terms if t in matched]
+            if strong(shared, alone):
+                runs = phrases.shared_runs(own, stems(candidate.text))
+                score = max(score, weight * phrases.runs_weight(runs, shared, rarity))
+        if score > 0:
+            score /= 1 - how.length_norm + how.length_norm * len(candidate.text) / TYPICAL_CHARS
+            if how.surface:
+                score *= salience.factor(candidate.text)
             scored.append((score, candidate))
-    scored.sort(key=_best_first)
+    scored.sort(key=best_first)
     return scored
 
 
-def _best_first(item: Scored) -> tuple[float, float, int]:
-    return (-item[0], -item[1].created_at.timestamp(), -item[1].id)
+def repeats_asked(scored: Sequence[Scored], weights: Collection[str]) -> list[str]:
+    """The clauses of the `RECHECKED` best candidates that matched the window: to count."""
+    return phrases.asked((c.text for _, c in scored[:RECHECKED]), weights)
 
 
-def anchors(scored: Sequence[Scored], k: int = NEIGHBOURS) -> list[int]:
-    """The ids of the `k` best matched messages, whose neighbours come along (`with_neighbours`)."""
-    return [c.id for _, c in scored if c.kind == "message"][:k]
-
-
-def with_neighbours(
-    scored: Sequence[Scored],
-    neighbours: Mapping[int, Sequence[Candidate]],
-    stock: Collection[str] = (),
+def rerank(
+    scored: Sequence[Scored], weights: Collection[str], phrase_df: Mapping[str, int]
 ) -> list[Scored]:
-    """The scored candidates and the neighbours of their best messages, the best first.
+    """The `RECHECKED` best candidates, a repeated line lowered; the best first.
 
-    A message recalled alone is often half of an exchange: the answer
-    without its question, or the question without its answer. The message
-    just before and just after a best match (`anchors`) come along, each at
-    `NEIGHBOUR_SHARE` of its match's score (or its own, if higher), without
-    passing the gate themselves: they are recalled as that match's context.
-    The one after a question is its answer; any other shares a term with
-    the match that is not `stock` (on the same subject), so an everyday
-    line beside a fact stays away, though it says the same stock phrase.
-
-    Args:
-        scored: `rank`'s list.
-        neighbours: per anchor message id, the messages beside it.
-        stock: `shared`'s terms too common to tell a subject (`stock`).
+    `phrase_df` counts each clause of `repeats_asked` in every row, the
+    candidate's own included.
     """
-    best = {(c.kind, c.id): (score, c) for score, c in scored}
-    for score, candidate in scored:
-        if candidate.kind != "message":
-            continue
-        for near in neighbours.get(candidate.id, ()):
-            answers = _asks(candidate.text) and _order(near) > _order(candidate)
-            if not answers and not _shared(candidate, near) - set(stock):
-                continue
-            share = score * NEIGHBOUR_SHARE
-            if best.get((near.kind, near.id), (0.0, near))[0] < share:
-                best[(near.kind, near.id)] = (share, near)
-    return sorted(best.values(), key=_best_first)
-
-
-def shared(scored: Sequence[Scored], neighbours: Mapping[int, Sequence[Candidate]]) -> set[str]:
-    """The terms the best messages share with their neighbours: the ones `stock` is asked about."""
-    return {
-        term
-        for _, candidate in scored
-        if candidate.kind == "message"
-        for near in neighbours.get(candidate.id, ())
-        for term in _shared(candidate, near)
-    }
+    rescored = [
+        (score * salience.repeat_factor(phrases.unique_share(c.text, weights, phrase_df)), c)
+        for score, c in scored[:RECHECKED]
+    ]
+    rescored.sort(key=best_first)
+    return rescored
 
 
 def stock(df: Mapping[str, int], documents: int) -> frozenset[str]:
@@ -318,33 +333,32 @@ def stock(df: Mapping[str, int], documents: int) -> frozenset[str]:
     return frozenset(term for term, count in df.items() if count > cap)
 
 
-def _shared(candidate: Candidate, near: Candidate) -> frozenset[str]:
-    return frozenset(cached_terms(near.text)) & frozenset(cached_terms(candidate.text))
-
-
-def _order(candidate: Candidate) -> tuple[datetime, int]:
-    return (candidate.created_at, candidate.id)
-
-
-def _asks(text: str) -> bool:
-    return "?" in text or "？" in text
-
-
 def fill(
-    scored: Iterable[Scored], window: Sequence[Message], *, limit: int, max_chars: int
+    scored: Iterable[Scored],
+    window: Sequence[Message],
+    *,
+    limit: int,
+    max_chars: int,
+    stock: Collection[str] = (),
 ) -> list[Recalled]:
     """De-duplicate and bound the scored candidates, the best first.
 
+    Only those scoring the `reading`'s keep share of the best or more are
+    kept (`stock`: the window's stock phrases, as `rank` had them): in
+    chatter, what falls far behind the best shares words with the window by
+    chance (an owner's question lets the budget decide).
     A candidate near-identical to a window message or to a better one
     already kept is dropped; texts are cut at `ITEM_CHARS` and the kept
     texts together stay within `max_chars` (one that no longer fits is
     passed over for a shorter one after it), at most `limit` of them.
     """
     shown = [shingles(message.text) for message in window]
+    share = reading.reading(window, stock).keep_share
     kept: list[Recalled] = []
     used = 0
+    floor = 0.0
     for score, candidate in scored:
-        if len(kept) >= limit:
+        if len(kept) >= limit or score < floor:
             break
         own = shingles(candidate.text)
         if any(similarity(own, other) >= SIMILAR for other in shown):
@@ -354,6 +368,7 @@ def fill(
             continue
         shown.append(own)
         used += len(text)
+        floor = max(floor, score * share)
         kept.append(
             Recalled(
                 kind=candidate.kind,

@@ -4,9 +4,11 @@ A term is the stem of a latin word (letters and digits) of at least
 `MIN_WORD_CHARS` that is no function word (`STOPWORDS`), matched where a
 word of a text begins with it, or a CJK 2-gram, matched anywhere. The
 words index (`index_text`, see `backthink.store.fulltext`) holds exactly
-these. Raw text is never handed to MATCH: each term is quoted. Terms and
-shingles of a text are memoised: a round's window repeats most of the
-previous round's messages.
+these. A phrase (`phrase`: index tokens joined by spaces, a clause of a
+text) is a term too: the index finds it where its tokens stand one after
+the other, and so does `holds`. Raw text is never handed to MATCH: each
+term is quoted. Terms, tokens and shingles of a text are memoised: a
+round's window repeats most of the previous round's messages.
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ from functools import lru_cache
 
 MIN_WORD_CHARS = 3
 """A latin word shorter than this is no term (the trigram index finds nothing shorter)."""
+SCAN_CHARS = 1000
+"""Characters of a text its tokens, clauses and held terms are read in: a recalled item shows
+600, and a memoised long text would cost the daemon's memory (a phrase past them is not seen)."""
+PREFIX_CHARS = 24
+"""The longest start of a word `held` keeps: a token past it (a hash, a URL) is no stem."""
 MEMO_TEXTS = 256
 """Texts whose terms and shingles are memoised: a round's window and candidates.
 
@@ -41,7 +48,7 @@ STOPWORDS = frozenset(
     which while who whom whose why will with would you your yours yourself yourselves
     and are but can for her him his all any may one the was who yes not get got
     january february march april may june july august september october november december
-    monday tuesday wednesday thursday friday saturday sunday today tomorrow yesterday
+    today tomorrow yesterday
     don doesn didn isn aren wasn weren won couldn wouldn shouldn haven hasn hadn ain
     """.split()
 )
@@ -95,8 +102,56 @@ def cached_terms(text: str) -> tuple[str, ...]:
 
 
 def is_word(term: str) -> bool:
-    """Whether a term is a latin word (not a CJK 2-gram)."""
-    return CJK_RUN.search(term) is None
+    """Whether a term is a latin word (not a CJK 2-gram, nor a phrase)."""
+    return CJK_RUN.search(term) is None and " " not in term
+
+
+def is_phrase(term: str) -> bool:
+    """Whether a term is a phrase: several index tokens, found one after the other."""
+    return " " in term
+
+
+@lru_cache(maxsize=MEMO_TEXTS)
+def tokens(text: str) -> tuple[str, ...]:
+    """The words index's tokens of a text, lowercased: latin words whole, CJK runs as 2-grams."""
+    return tuple(index_text(text[:SCAN_CHARS]).lower().split())
+
+
+@lru_cache(maxsize=MEMO_TEXTS)
+def stems(text: str) -> tuple[str, ...]:
+    """`tokens`, each latin word cut to its stem (`stem`): two texts compared word by word."""
+    return tuple(stem(t) if is_word(t) else t for t in tokens(text))
+
+
+_INSIDE_A_WORD = " \t'’-"
+"""What may stand between two words of one clause: spaces, and what joins a word (it's, e-mail)."""
+
+
+@lru_cache(maxsize=MEMO_TEXTS)
+def clauses(text: str) -> tuple[str, ...]:
+    """The clauses of a text as phrases: its runs of tokens between punctuation, one script each.
+
+    A clause ends where anything but spaces (or an apostrophe, a hyphen)
+    stands between two words (a comma, a full stop, an emoji), and where
+    latin words meet CJK ones: the words index of PostgreSQL keeps the two
+    apart, so no phrase spans both.
+    """
+    found: list[str] = []
+    run: list[str] = []
+    last_end = 0
+    last_cjk: bool | None = None
+    for match in _TOKEN.finditer(text[:SCAN_CHARS]):
+        cjk = CJK_RUN.match(match.group()) is not None
+        gap = text[last_end : match.start()]
+        if run and (gap.strip(_INSIDE_A_WORD) or cjk != last_cjk):
+            found.append(" ".join(run))
+            run = []
+        word = match.group().lower()
+        run += [word[i : i + 2] for i in range(len(word) - 1)] if cjk else [word]
+        last_end, last_cjk = match.end(), cjk
+    if run:
+        found.append(" ".join(run))
+    return tuple(found)
 
 
 def index_text(text: str) -> str:
@@ -140,20 +195,50 @@ def words_query(terms: Iterable[str]) -> str:
 
 
 def term_query(term: str) -> str:
-    """One term's MATCH expression on the words index (see `words_query`)."""
+    """One term's MATCH expression on the words index (see `words_query`).
+
+    A phrase is one quoted string: FTS5 splits it into its tokens and finds
+    them one after the other.
+    """
     return quote(term) + ("*" if is_word(term) else "")
 
 
 def inside(texts: Iterable[str], terms: Collection[str]) -> Counter[str]:
     """How many of the texts hold each term (the terms no text holds are absent)."""
     counts: Counter[str] = Counter()
-    words = [t for t in terms if is_word(t)]
+    wanted = frozenset(terms)
+    phrases = [t for t in wanted if is_phrase(t)]
     for text in texts:
-        counts.update(t for t in cached_terms(text) if t in terms and not is_word(t))
-        if words:
+        counts.update(held(text) & wanted)
+        if phrases:
             low = text.lower()
-            counts.update(w for w in words if holds(low, w))
+            counts.update(p for p in phrases if holds(low, p))
     return counts
+
+
+@lru_cache(maxsize=MEMO_TEXTS)
+def cjk_grams(text: str) -> tuple[tuple[str, ...], ...]:
+    """The 2-grams of each CJK run of a text, run by run."""
+    return tuple(
+        tuple(run[i : i + 2] for i in range(len(run) - 1))
+        for run in CJK_RUN.findall(text[:SCAN_CHARS])
+    )
+
+
+@lru_cache(maxsize=MEMO_TEXTS)
+def held(text: str) -> frozenset[str]:
+    """Every word or 2-gram term a text holds (`holds`), phrases aside, as one set.
+
+    Its CJK 2-grams, and every start of each latin word: a stem is held where
+    a word begins with it. One set intersection then matches many terms.
+    """
+    head = text[:SCAN_CHARS]
+    found = {t for t in cached_terms(head) if not is_word(t)}
+    for word in _WORD.findall(head.lower()):
+        # A stem longer than PREFIX_CHARS is held only as the whole word.
+        found.update(word[:i] for i in range(1, min(len(word), PREFIX_CHARS) + 1))
+        found.add(word)
+    return frozenset(found)
 
 
 def indexed(text: str, term: str) -> bool:
@@ -167,7 +252,9 @@ def contains(text: str, term: str) -> bool:
 
 
 def holds(low: str, term: str) -> bool:
-    """Whether a lowercased text holds a term (see `contains`)."""
+    """Whether a lowercased text holds a term (see `contains`); a phrase as its tokens in a row."""
+    if is_phrase(term):
+        return f" {term} " in _in_a_row(low)
     at = low.find(term)
     if at < 0 or not is_word(term):
         return at >= 0
@@ -191,6 +278,11 @@ def named(text: str, term: str) -> bool:
                 return True
         at = low.find(term, at + 1)
     return False
+
+
+@lru_cache(maxsize=MEMO_TEXTS)
+def _in_a_row(low: str) -> str:
+    return " " + " ".join(tokens(low)) + " "
 
 
 @lru_cache(maxsize=MEMO_TEXTS)

@@ -32,7 +32,7 @@ from sqlalchemy.engine import Connection
 from backthink.memory import pipeline
 from backthink.memory.pipeline import Documents, Query, Side
 from backthink.memory.recall import DF_CAP, Candidate
-from backthink.memory.terms import is_word
+from backthink.memory.terms import is_phrase, is_word
 from backthink.models import MAIN_SESSION, Memory, Recalled
 from backthink.store.columns import UTCDateTime
 from backthink.store.database import Database
@@ -107,11 +107,17 @@ class _PgCounts(TermCounts):
 def tsquery(term: str) -> str:
     """A term as a tsquery of the words index: a CJK 2-gram whole, a latin stem as a prefix.
 
-    A term is letters and digits only, so nothing in it is tsquery syntax; it
-    is quoted all the same.
+    A phrase is its tokens one after the other (<->). A token is letters and
+    digits only, so nothing in it is tsquery syntax; it is quoted all the same.
     """
-    quoted = "'" + term.replace("\\", "\\\\").replace("'", "''") + "'"
-    return quoted + (":*" if is_word(term) else "")
+    if is_phrase(term):
+        return " <-> ".join(_lexeme(token) for token in term.split(" "))
+    return _lexeme(term) + (":*" if is_word(term) else "")
+
+
+def _lexeme(token: str) -> str:
+    """One index token as a quoted tsquery lexeme."""
+    return "'" + token.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 _WORDS = PG_WORDS.replace("(text)", "(m.text)")
