@@ -115,7 +115,7 @@ def _full_recall_store() -> type:
     typical window recalls one or two items; the bench measures the most the block
     can ever cost, with the planted facts (and the memories) as the recalled texts.
     """
-    from backthink.memory.recall import ITEM_CHARS
+    from backthink.memory.scoring import ITEM_CHARS
     from backthink.models import Recalled
     from backthink.store.volatile_memories import VolatileMemoryStore
 

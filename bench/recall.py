@@ -49,7 +49,7 @@ from common import (
     write_figures,
 )
 
-from backthink.memory.recall import WINDOW_MESSAGES
+from backthink.memory.scoring import WINDOW_MESSAGES
 from backthink.memory.terms import index_text
 
 GROUP = "recall"

@@ -24,7 +24,8 @@ import pytest
 import support.everyday as everyday
 
 from backthink.config import MemorySettings
-from backthink.memory import recall, terms
+from backthink.memory import scoring as recall
+from backthink.memory import terms
 from backthink.models import Message
 from backthink.store import (
     SqlMemoryStore,

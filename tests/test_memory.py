@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from backthink.errors import StoreError
-from backthink.memory import recall, terms
+from backthink.memory import scoring as recall
+from backthink.memory import terms
 from backthink.models import Memory, MemoryKind, Message
 from backthink.store import (
     SqlMemoryStore,

@@ -13,7 +13,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from backthink.memory import phrases, reading, recall, salience, terms
+from backthink.memory import phrases, reading, salience, terms
+from backthink.memory import scoring as recall
 from backthink.memory.context import Candidate
 from backthink.models import Message
 

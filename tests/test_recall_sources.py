@@ -21,7 +21,7 @@ import support.everyday as everyday
 
 from backthink.config import MemorySettings
 from backthink.memory.pipeline import Documents, Query, Side, candidates
-from backthink.memory.recall import CANDIDATES, Candidate
+from backthink.memory.scoring import CANDIDATES, Candidate
 from backthink.memory.terms import contains
 from backthink.models import Memory, MemoryKind, Message, Recalled
 from backthink.store import (

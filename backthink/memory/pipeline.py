@@ -4,7 +4,7 @@ A store gives recall a `RecallSource`: how many rows each side holds, how
 many hold a term, which rows its index finds for a term, the rows an owner
 may recall, and the messages beside a recalled one. The pipeline does
 everything else, the same for SQLite, PostgreSQL and the in-memory store,
-so the three recall equal lists from equal rows (see `backthink.memory.recall`
+so the three recall equal lists from equal rows (see `backthink.memory.scoring`
 for how terms are weighed, gated and kept):
 
 1. The window's terms (`recency`) are counted outside the window (`counts`
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol
 
 from backthink.memory import phrases
-from backthink.memory.recall import (
+from backthink.memory.scoring import (
     CANDIDATES,
     DF_CAP,
     Candidate,

@@ -31,7 +31,7 @@ from sqlalchemy.engine import Connection
 
 from backthink.memory import pipeline
 from backthink.memory.pipeline import Documents, Query, Side
-from backthink.memory.recall import DF_CAP, Candidate
+from backthink.memory.scoring import DF_CAP, Candidate
 from backthink.memory.terms import is_phrase, is_word
 from backthink.models import MAIN_SESSION, Memory, Recalled
 from backthink.store.columns import UTCDateTime

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import TextualSelect, bindparam, text
 from sqlalchemy.engine import Connection
 
-from backthink.memory.recall import Candidate
+from backthink.memory.scoring import Candidate
 from backthink.models import MAIN_SESSION, MemoryKind
 from backthink.store.columns import UTCDateTime
 

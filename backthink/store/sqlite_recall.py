@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 
 from backthink.memory import pipeline
 from backthink.memory.pipeline import Documents, Query, Side
-from backthink.memory.recall import DF_CAP, Candidate
+from backthink.memory.scoring import DF_CAP, Candidate
 from backthink.memory.terms import term_query
 from backthink.models import Recalled
 from backthink.store.fulltext import catch_up as catch_up_index

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from backthink.errors import StoreError
 from backthink.memory import pipeline
 from backthink.memory.pipeline import Documents, Side
-from backthink.memory.recall import Candidate
+from backthink.memory.scoring import Candidate
 from backthink.memory.terms import contains
 from backthink.models import MAIN_SESSION, Memory, MemoryKind, Message, Recalled
 from backthink.store.failures import describe
