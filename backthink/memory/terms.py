@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from functools import lru_cache
 
 MIN_WORD_CHARS = 3
@@ -249,6 +249,24 @@ def indexed(text: str, term: str) -> bool:
 def contains(text: str, term: str) -> bool:
     """Whether a text holds a term: a CJK term anywhere, a latin stem at a word's start."""
     return holds(text.lower(), term)
+
+
+def count_holding(texts: Sequence[str], terms: Collection[str]) -> dict[str, int]:
+    """How many of `texts` hold each term, as `contains` decides, each text lowered once.
+
+    The in-memory store counts this way: a text is lowered (and, for phrases,
+    laid out as its tokens) once per count, not once per term.
+    """
+    lows = [text.lower() for text in texts]
+    rows = [_in_a_row(low) for low in lows] if any(is_phrase(t) for t in terms) else []
+    found: dict[str, int] = {}
+    for term in terms:
+        if is_phrase(term):
+            needle = f" {term} "
+            found[term] = sum(needle in row for row in rows)
+        else:
+            found[term] = sum(holds(low, term) for low in lows)
+    return found
 
 
 def holds(low: str, term: str) -> bool:

@@ -17,7 +17,7 @@ from backthink.errors import StoreError
 from backthink.memory import pipeline
 from backthink.memory.pipeline import Documents, Side
 from backthink.memory.scoring import Candidate
-from backthink.memory.terms import contains
+from backthink.memory.terms import contains, count_holding
 from backthink.models import MAIN_SESSION, Memory, MemoryKind, Message, Recalled
 from backthink.store.failures import describe
 from backthink.store.volatile import VolatileMessageStore, check_limit
@@ -144,7 +144,7 @@ class VolatileSource:
     def counts(self, side: Side, terms: Collection[str]) -> Mapping[str, int]:
         """Rows of a side holding each term (see `RecallSource.counts`)."""
         texts = [r.text for r in (self._memories if side == "memory" else self._messages)]
-        return {t: sum(contains(x, t) for x in texts) for t in terms}
+        return count_holding(texts, terms)
 
     def _shown(self, owner_id: str, before: int | None) -> builtins.list[Message]:
         """The owner's delivered main-session messages below id `before`, in order."""
