@@ -36,7 +36,7 @@ from backthink.store import (
 )
 
 # Recall over histories with fixed dates: no hour or zone of the machine changes it.
-pytestmark = pytest.mark.hourless
+pytestmark = [pytest.mark.hourless, pytest.mark.quality]
 
 OWNER = "ana"
 SEEDS = (101, 102)

@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 from backthink.models import Memory, MemoryKind, Message
 from backthink.store import Database, SqlMemoryStore, SqlMessageStore, open_store
 
+pytestmark = pytest.mark.quality
+
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 FILLER = memory_tests.FILLER  # the same everyday lines as the store's tests

@@ -30,7 +30,7 @@ from backthink.records import RoundRecord
 from backthink.testing import run_cli
 from backthink.web.words import reason_words
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.timeout(180)]
 
 DAY = "2026-11-30"  # the scripted day, in the owner's time zone
 ARTEFACTS = Path(os.environ.get("BACKTHINK_ARTEFACTS", ROOT / "var/artefacts"))
